@@ -1,0 +1,38 @@
+"""Pure data and definitions: messages, tools, agents, sessions. Imports stdlib and pydantic only."""
+
+from .agents import (
+    DEFAULT_CLIENT_TOOL_TIMEOUT,
+    DEFAULT_TOMBSTONE_RETENTION,
+    Agent,
+    AgentRegistry,
+    define_agent,
+    subagent_tool,
+)
+from .llm import LLM, LLMRequest, LLMResponse, ToolSchema, Usage
+from .messages import Message, ToolCall
+from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tombstone
+from .tools import RESERVED_TOOL_NAME_PREFIXES, Tool, define_tool
+
+__all__ = [
+    "DEFAULT_CLIENT_TOOL_TIMEOUT",
+    "DEFAULT_TOMBSTONE_RETENTION",
+    "LLM",
+    "RESERVED_TOOL_NAME_PREFIXES",
+    "Agent",
+    "AgentRegistry",
+    "Continuation",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "PendingCall",
+    "SessionState",
+    "SubmitAnswer",
+    "Tombstone",
+    "Tool",
+    "ToolCall",
+    "ToolSchema",
+    "Usage",
+    "define_agent",
+    "define_tool",
+    "subagent_tool",
+]

@@ -1,0 +1,165 @@
+"""Declaring agents and finding them by name."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from ..errors import AgentNotFoundError, ToolDefinitionError
+from .llm import LLM
+from .tools import SUBAGENT_PREFIX, Tool
+
+__all__ = [
+    "DEFAULT_CLIENT_TOOL_TIMEOUT",
+    "DEFAULT_TOMBSTONE_RETENTION",
+    "Agent",
+    "AgentRegistry",
+    "SubAgentInput",
+    "define_agent",
+    "subagent_tool",
+]
+
+#: Seconds a client or approval call waits when neither the tool nor the agent says (5 minutes).
+DEFAULT_CLIENT_TOOL_TIMEOUT = 300.0
+#: Seconds a completed call's tombstone keeps a duplicate submit answered ``already_completed``.
+DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
+
+
+class SubAgentInput(BaseModel):
+    """The input of every sub-agent tool: the message the child agent starts from."""
+
+    message: str = Field(description="What the sub-agent should do.")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: a model, instructions and tools. Build it with ``define_agent``."""
+
+    name: str
+    llm: LLM
+    instructions: str
+    tools: tuple[Tool, ...] = ()
+    max_steps: int = 20
+    client_tool_timeout: float | None = None
+    completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION
+    subagents: tuple[Agent, ...] = field(default=())
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has it."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    def deadline_seconds(self, tool: Tool) -> float:
+        """The client deadline of a call: tool, then agent, then 5 minutes."""
+        if tool.client_tool_timeout is not None:
+            return tool.client_tool_timeout
+        if self.client_tool_timeout is not None:
+            return self.client_tool_timeout
+        return DEFAULT_CLIENT_TOOL_TIMEOUT
+
+
+def subagent_tool(agent: Agent, description: str | None = None) -> Tool:
+    """The framework-built tool that runs ``agent`` as a child of the calling agent."""
+    return Tool(
+        name=f"{SUBAGENT_PREFIX}{agent.name}",
+        description=description or f"Delegate a task to the {agent.name} agent.",
+        input_model=SubAgentInput,
+        output_model=None,
+        execution="subagent",
+        subagent=agent.name,
+    )
+
+
+def define_agent(
+    name: str,
+    *,
+    llm: LLM,
+    instructions: str = "",
+    tools: Iterable[Tool] = (),
+    subagents: Iterable[Agent] = (),
+    max_steps: int = 20,
+    client_tool_timeout: float | None = None,
+    completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION,
+) -> Agent:
+    """Declare an agent.
+
+    Args:
+        name: the agent type, used to find it in the registry (and stored on sessions).
+        llm: the model adapter.
+        instructions: the system prompt.
+        tools: the tools the model may call.
+        subagents: agents this one may delegate to; each becomes a ``subagent__<name>`` tool.
+        max_steps: model calls allowed per turn.
+        client_tool_timeout: the agent's client-call deadline in seconds.
+        completed_tombstone_retention: seconds a completed call still answers duplicates with
+            ``already_completed``; finite and >= 0, 0 turns retention off.
+
+    Raises:
+        ToolDefinitionError: a bad name, step count, deadline or retention, or duplicate tools.
+    """
+    if not name or "::" in name:
+        raise ToolDefinitionError("An agent needs a non-empty name without '::'")
+    if max_steps < 1:
+        raise ToolDefinitionError(f"Agent {name!r}: max_steps must be >= 1")
+    if client_tool_timeout is not None and not (client_tool_timeout > 0):
+        raise ToolDefinitionError(f"Agent {name!r}: client_tool_timeout must be > 0 seconds")
+    retention = completed_tombstone_retention
+    if not isinstance(retention, int | float) or not math.isfinite(retention) or retention < 0:
+        raise ToolDefinitionError(
+            f"Agent {name!r}: completed_tombstone_retention must be a finite number >= 0"
+        )
+    children = tuple(subagents)
+    all_tools = tuple(tools) + tuple(subagent_tool(child) for child in children)
+    names = [t.name for t in all_tools]
+    if len(names) != len(set(names)):
+        raise ToolDefinitionError(f"Agent {name!r}: two tools share a name")
+    return Agent(
+        name=name,
+        llm=llm,
+        instructions=instructions,
+        tools=all_tools,
+        max_steps=max_steps,
+        client_tool_timeout=client_tool_timeout,
+        completed_tombstone_retention=float(retention),
+        subagents=children,
+    )
+
+
+class AgentRegistry:
+    """Agents by name. Only names cross a durable boundary; objects are looked up here."""
+
+    def __init__(self, agents: Iterable[Agent] = ()) -> None:
+        self._agents: dict[str, Agent] = {}
+        for agent in agents:
+            self.register(agent)
+
+    def register(self, agent: Agent) -> None:
+        """Add an agent and, recursively, its sub-agents."""
+        existing = self._agents.get(agent.name)
+        if existing is not None and existing is not agent:
+            raise ToolDefinitionError(f"Two different agents are named {agent.name!r}")
+        self._agents[agent.name] = agent
+        for child in agent.subagents:
+            self.register(child)
+
+    def get(self, name: str) -> Agent:
+        """The agent called ``name``.
+
+        Raises:
+            AgentNotFoundError: no agent has that name.
+        """
+        agent = self._agents.get(name)
+        if agent is None:
+            raise AgentNotFoundError(f"No agent is registered as {name!r}", agentType=name)
+        return agent
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(self._agents.values())

@@ -1,0 +1,126 @@
+"""Declaring tools: where they execute, their schemas, deadlines and approval gates."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from ..errors import ToolDefinitionError
+from .llm import ToolSchema
+
+__all__ = [
+    "RESERVED_TOOL_NAME_PREFIXES",
+    "SUBAGENT_PREFIX",
+    "Execution",
+    "Tool",
+    "ToolFunction",
+    "define_tool",
+]
+
+SUBAGENT_PREFIX = "subagent__"
+#: Prefixes reserved for framework-built tools (sub-agent routing, companion protocol).
+RESERVED_TOOL_NAME_PREFIXES: tuple[str, ...] = (SUBAGENT_PREFIX, "companion__")
+
+Execution = Literal["server", "client", "subagent"]
+ToolFunction = Callable[[Any], Awaitable[Any] | Any]
+"""A server tool body: receives the validated input model, returns JSON or a pydantic model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the model may call. Build it with ``define_tool`` (or ``subagent_tool``)."""
+
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel] | None
+    execution: Execution
+    function: ToolFunction | None = None
+    client_tool_timeout: float | None = None
+    """Seconds a client (or approval) call may wait; falls back to the agent's, then 5 minutes."""
+    finish_with: bool = False
+    """Calling this tool ends the turn; its output is the turn's result."""
+    require_approval: bool = False
+    """A server tool that runs only after a human approves the exact arguments."""
+    subagent: str | None = None
+    """For a sub-agent tool: the child agent's name."""
+
+    @property
+    def suspends(self) -> bool:
+        """Whether a call parks the turn (client tools and approval gates)."""
+        return self.execution == "client" or self.require_approval
+
+    def schema(self) -> ToolSchema:
+        """The tool as the model sees it."""
+        return ToolSchema(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_model.model_json_schema(),
+        )
+
+
+def define_tool(
+    name: str,
+    description: str,
+    input_model: type[BaseModel],
+    output_model: type[BaseModel] | None = None,
+    *,
+    execute: Literal["client"] | ToolFunction,
+    client_tool_timeout: float | None = None,
+    finish_with: bool = False,
+    require_approval: bool = False,
+) -> Tool:
+    """Declare a tool.
+
+    Args:
+        name: the name the model calls; must not start with a reserved prefix.
+        description: what the tool does, for the model.
+        input_model: pydantic model of the arguments.
+        output_model: pydantic model of the result; submitted client results are validated
+            against it.
+        execute: ``"client"`` for a tool the client runs, or the server function.
+        client_tool_timeout: seconds a client or approval call may wait.
+        finish_with: the call ends the turn with its output.
+        require_approval: a server tool that waits for a human's approval first.
+
+    Raises:
+        ToolDefinitionError: reserved name, client + finish_with, client + approval, or a bad
+            timeout.
+    """
+    if not name or not isinstance(name, str):
+        raise ToolDefinitionError("A tool needs a non-empty name")
+    for prefix in RESERVED_TOOL_NAME_PREFIXES:
+        if name.startswith(prefix):
+            raise ToolDefinitionError(
+                f"Tool name {name!r} starts with the reserved prefix {prefix!r}",
+                toolName=name,
+            )
+    is_client = execute == "client"
+    if is_client and finish_with:
+        raise ToolDefinitionError(
+            f"Tool {name!r}: a client tool cannot be finish_with", toolName=name
+        )
+    if is_client and require_approval:
+        raise ToolDefinitionError(
+            f"Tool {name!r}: require_approval gates a server tool; a client tool already "
+            "waits for the client",
+            toolName=name,
+        )
+    if not is_client and not callable(execute):
+        raise ToolDefinitionError(f"Tool {name!r}: execute must be 'client' or a function")
+    if client_tool_timeout is not None and not (client_tool_timeout > 0):
+        raise ToolDefinitionError(f"Tool {name!r}: client_tool_timeout must be > 0 seconds")
+    return Tool(
+        name=name,
+        description=description,
+        input_model=input_model,
+        output_model=output_model,
+        execution="client" if is_client else "server",
+        function=None if is_client else execute,  # type: ignore[arg-type]
+        client_tool_timeout=client_tool_timeout,
+        finish_with=finish_with,
+        require_approval=require_approval,
+    )

@@ -1,0 +1,76 @@
+"""A deterministic scripted model for tests, demos and users' own tests.
+
+The script is a function of the request, so the same conversation always gets the same answer,
+in any process (a crash-recovery test restarts the process and the script still agrees).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from ..core.llm import LLMRequest, LLMResponse, TextSink, Usage
+from ..core.messages import Message, ToolCall
+
+__all__ = ["Script", "ScriptedLLM", "call", "reply"]
+
+Script = Callable[[LLMRequest], LLMResponse]
+
+
+def reply(text: str) -> LLMResponse:
+    """A response that ends the turn with ``text``."""
+    return LLMResponse(text=text, usage=Usage(input_tokens=10, output_tokens=len(text.split())))
+
+
+def call(request: LLMRequest, *calls: tuple[str, dict[str, Any]], text: str = "") -> LLMResponse:
+    """A response that calls tools; ids derive from the request so they are deterministic."""
+    tool_calls = [
+        ToolCall(id=_call_id(request, i), name=name, input=args)
+        for i, (name, args) in enumerate(calls)
+    ]
+    return LLMResponse(
+        text=text, tool_calls=tool_calls, usage=Usage(input_tokens=10, output_tokens=5),
+        stop_reason="tool_use",
+    )
+
+
+def _call_id(request: LLMRequest, index: int) -> str:
+    seed = f"{request.session_id}:{request.run_id}:{len(request.messages)}:{index}"
+    return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:16]
+
+
+class ScriptedLLM:
+    """A model whose answers come from a script.
+
+    Args:
+        script: ``request -> response``. ``helix_dbos.llm.scripted.reply`` and ``call`` build
+            responses.
+        name: the adapter's name.
+
+    Attributes:
+        requests: every request received, in order (the model's call count is ``len``).
+    """
+
+    def __init__(self, script: Script, name: str = "scripted") -> None:
+        self.name = name
+        self._script = script
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def calls(self) -> int:
+        """How many model calls ran in this process."""
+        return len(self.requests)
+
+    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """Answer from the script; stream the text as one delta."""
+        self.requests.append(request.model_copy(deep=True))
+        response = self._script(request)
+        if on_text is not None and response.text:
+            await on_text(response.text)
+        return response
+
+
+def last_message(request: LLMRequest) -> Message | None:
+    """The last message of the request's conversation, if any."""
+    return request.messages[-1] if request.messages else None

@@ -1,0 +1,1 @@
+"""helix_dbos.store."""
