@@ -50,6 +50,7 @@ __all__ = [
     "SchemaNotCurrentError",
     "SessionNotFoundError",
     "StaleStateError",
+    "StateSizeExceededError",
     "ToolDefinitionError",
     "is_client_tool_error_code",
     "is_known_error_code",
@@ -86,6 +87,7 @@ KNOWN_ERROR_CODES: frozenset[str] = CLIENT_TOOL_ERROR_CODES | frozenset(
         "state_not_resumable",
         "state_already_running",
         "state_conflict",
+        "state_size_exceeded",
         "unknown_tool_call",
         "framework_agent_not_found",
         "framework_not_supported",
@@ -218,6 +220,13 @@ class PayloadTooLargeError(HelixError):
             f"larger than the limit of {limit_bytes} bytes",
             **details,
         )
+
+
+class StateSizeExceededError(HelixError):
+    """An answer would push the stored pending map over the store's limit. Nothing was stored."""
+
+    code = "state_size_exceeded"
+    http_status = 413
 
 
 class SessionNotFoundError(HelixError):

@@ -1,1 +1,1 @@
-"""helix_dbos.observability."""
+"""Log events, usage metrics and per-turn summaries."""

@@ -1,0 +1,170 @@
+"""One settings object for the runtime, read from ``HELIX_*`` environment variables.
+
+=============================  ==========================================================
+Variable                       Meaning (default)
+=============================  ==========================================================
+``HELIX_DATABASE_URL``         Postgres (``postgresql://`` / ``postgres://``) or
+                               ``sqlite:///path``. Our tables and DBOS's system tables share
+                               it (DBOS in its own ``dbos`` schema). Default: the embedded
+                               ``sqlite:///helix.sqlite`` in the working directory.
+``HELIX_APP_NAME``             DBOS application name (``helix-dbos``).
+``HELIX_EXECUTOR_ID``          Stable DBOS executor id; a restart with the same id and
+                               version recovers parked turns (``helix-local``).
+``HELIX_APP_VERSION``          DBOS application version (the package version, never a hash
+                               of the source, so a code change does not orphan parked turns).
+``HELIX_MAX_RESULT_BYTES``     Submit size limit, UTF-8 bytes of the JSON result (1000000).
+``HELIX_STORE_MAX_STATE_BYTES`` Optional limit on a session's stored pending map.
+``HELIX_RUN_MIGRATIONS``       Run migrations at startup under a lock (``true``); ``false``
+                               only checks the schema and names the command to run.
+``HELIX_MAX_EXECUTOR_THREADS`` Bound on DBOS's thread pool (64).
+``HELIX_SQLITE_POLL_SECONDS``  SQLite wake-up polling interval (0.05).
+``HELIX_LOG_LEVEL``            DBOS's own log level (``WARNING``).
+=============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from . import __version__
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "DatabaseUrls", "HelixSettings", "parse_database_url"]
+
+DEFAULT_MAX_RESULT_BYTES = 1_000_000
+DEFAULT_SQLITE_URL = "sqlite:///helix.sqlite"
+
+
+@dataclass(frozen=True)
+class DatabaseUrls:
+    """One user-facing URL mapped to the drivers we ship."""
+
+    user: str
+    """The URL as given (normalized scheme)."""
+    sync: str
+    """For SQLAlchemy's sync engine and Alembic."""
+    async_: str
+    """For SQLAlchemy's async engine (the session store)."""
+    dbos: str
+    """For DBOS's system database."""
+    dialect: str
+    """``postgresql`` or ``sqlite``."""
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether this is the embedded SQLite backend."""
+        return self.dialect == "sqlite"
+
+
+def parse_database_url(url: str) -> DatabaseUrls:
+    """Accept the forms users paste and map them to our drivers.
+
+    ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` and ``sqlite:///path``.
+
+    Raises:
+        ConfigError: any other scheme, or a URL without a database.
+    """
+    url = url.strip()
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigError(f"Not a database URL: {url!r} (expected postgresql://... or sqlite:///...)")
+    scheme = scheme.lower()
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
+        if "/" not in rest or not rest.split("/", 1)[1].split("?")[0]:
+            raise ConfigError(f"The Postgres URL names no database: {url!r}")
+        base = f"postgresql://{rest}"
+        driver = f"postgresql+psycopg://{rest}"
+        return DatabaseUrls(base, driver, driver, base, "postgresql")
+    if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
+        if not rest.startswith("/") or rest == "/":
+            raise ConfigError(f"A SQLite URL is sqlite:///relative/path or sqlite:////abs: {url!r}")
+        path = rest[1:]
+        if path == ":memory:":
+            raise ConfigError("An in-memory SQLite database cannot be shared with DBOS")
+        return DatabaseUrls(
+            f"sqlite:///{path}", f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}",
+            f"sqlite:///{path}", "sqlite",
+        )
+    raise ConfigError(f"Unsupported database URL scheme {scheme!r}: use postgresql:// or sqlite:///")
+
+
+def _env_bool(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class HelixSettings:
+    """Everything the runtime is configured with. Build it directly or with ``from_env``."""
+
+    database_url: str = DEFAULT_SQLITE_URL
+    app_name: str = "helix-dbos"
+    executor_id: str = "helix-local"
+    application_version: str = __version__
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    store_max_state_bytes: int | None = None
+    run_migrations: bool = True
+    max_executor_threads: int = 64
+    sqlite_poll_seconds: float = 0.05
+    dbos_log_level: str = "WARNING"
+    extra_dbos_config: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        parse_database_url(self.database_url)
+        if self.max_result_bytes <= 0:
+            raise ConfigError("max_result_bytes must be > 0")
+        if self.store_max_state_bytes is not None and self.max_result_bytes > self.store_max_state_bytes:
+            # A result over the store's limit could never be stored: refuse the runtime.
+            raise ConfigError(
+                f"max_result_bytes ({self.max_result_bytes}) is larger than the store's "
+                f"limit ({self.store_max_state_bytes})",
+                limitBytes=self.store_max_state_bytes,
+            )
+
+    @property
+    def urls(self) -> DatabaseUrls:
+        """The database URL mapped to each driver."""
+        return parse_database_url(self.database_url)
+
+    def with_(self, **changes: object) -> HelixSettings:
+        """A copy with some fields changed."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> HelixSettings:
+        """Settings from ``HELIX_*`` variables; keyword overrides win."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        if env.get("HELIX_DATABASE_URL"):
+            values["database_url"] = env["HELIX_DATABASE_URL"]
+        text_vars = {
+            "HELIX_APP_NAME": "app_name",
+            "HELIX_EXECUTOR_ID": "executor_id",
+            "HELIX_APP_VERSION": "application_version",
+            "HELIX_LOG_LEVEL": "dbos_log_level",
+        }
+        for var, name in text_vars.items():
+            if env.get(var):
+                values[name] = env[var]
+        try:
+            if env.get("HELIX_MAX_RESULT_BYTES"):
+                values["max_result_bytes"] = int(env["HELIX_MAX_RESULT_BYTES"])
+            if env.get("HELIX_STORE_MAX_STATE_BYTES"):
+                values["store_max_state_bytes"] = int(env["HELIX_STORE_MAX_STATE_BYTES"])
+            if env.get("HELIX_MAX_EXECUTOR_THREADS"):
+                values["max_executor_threads"] = int(env["HELIX_MAX_EXECUTOR_THREADS"])
+            if env.get("HELIX_SQLITE_POLL_SECONDS"):
+                values["sqlite_poll_seconds"] = float(env["HELIX_SQLITE_POLL_SECONDS"])
+        except ValueError as exc:
+            raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
+        if env.get("HELIX_RUN_MIGRATIONS"):
+            values["run_migrations"] = _env_bool(env["HELIX_RUN_MIGRATIONS"])
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file, for the embedded backend."""
+        urls = self.urls
+        return Path(urls.user.removeprefix("sqlite:///")) if urls.is_sqlite else None

@@ -1,0 +1,91 @@
+"""Structured log events through the stdlib logger ``helix_dbos``.
+
+The library never configures handlers. Event names are the seed's; every record carries the
+event name in ``extra["event"]`` and its fields in ``extra["fields"]`` (and flattened).
+Per-event levels can be raised or lowered with ``set_event_level`` (for example, raise only
+``client_tool.*`` to INFO), and ``set_service_name`` tags every event with ``service``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from typing import Any
+
+__all__ = [
+    "EVENT_LEVELS",
+    "logger",
+    "log_event",
+    "reset_event_levels",
+    "set_event_level",
+    "set_service_name",
+]
+
+logger = logging.getLogger("helix_dbos")
+
+#: The seed's event names and their default levels.
+EVENT_LEVELS: dict[str, int] = {
+    "client_tool.suspended": logging.DEBUG,
+    "client_tool.submitted": logging.DEBUG,
+    "client_tool.timeout": logging.WARNING,
+    "client_tool.aborted": logging.WARNING,
+    "client_tool.validation_failed": logging.WARNING,
+    "client_tool.submit_unknown": logging.WARNING,
+    "client_tool.ownership_write_failed": logging.ERROR,
+    "client_tool.ownership_clear_failed": logging.ERROR,
+    "client_tool.clear_failed_exhausted": logging.ERROR,
+    "client_tool.ownership_retry": logging.DEBUG,
+    "client_tool.clear_pending_retry": logging.DEBUG,
+    "client_tool.send_event_failed": logging.ERROR,
+    "submit_tool_result.body_too_large": logging.WARNING,
+    "submit_tool_result.result_too_large": logging.WARNING,
+    "turn.summary": logging.INFO,
+    "server.unauthenticated": logging.WARNING,
+}
+
+_overrides: list[tuple[str, int]] = []
+_service: str | None = None
+
+
+def set_event_level(pattern: str, level: int | str) -> None:
+    """Emit events matching ``pattern`` (``fnmatch``, e.g. ``client_tool.*``) at ``level``."""
+    lvl = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+    if not isinstance(lvl, int):
+        raise ValueError(f"Unknown log level {level!r}")
+    _overrides.insert(0, (pattern, lvl))
+
+
+def reset_event_levels() -> None:
+    """Forget every ``set_event_level`` override."""
+    _overrides.clear()
+
+
+def set_service_name(name: str | None) -> None:
+    """Tag every event with ``service=name`` (``None`` removes the tag)."""
+    global _service
+    _service = name
+
+
+def _level_of(name: str) -> int:
+    for pattern, level in _overrides:
+        if fnmatch.fnmatchcase(name, pattern):
+            return level
+    return EVENT_LEVELS.get(name, logging.INFO)
+
+
+def log_event(name: str, **fields: Any) -> None:
+    """Log the event ``name`` with structured ``fields`` at its configured level."""
+    level = _level_of(name)
+    if not logger.isEnabledFor(level):
+        return
+    if _service is not None:
+        fields.setdefault("service", _service)
+    logger.log(level, name, extra={"event": name, "fields": fields, **_flat(fields)})
+
+
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _flat(fields: dict[str, Any]) -> dict[str, Any]:
+    # Flattened copies for formatters that read record attributes; reserved names are skipped.
+    return {k: v for k, v in fields.items() if k not in _RESERVED and k not in ("event", "fields")}

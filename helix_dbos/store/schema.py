@@ -1,0 +1,137 @@
+"""The session tables, as SQLAlchemy Core tables: the one schema module.
+
+Postgres is the production target (JSONB); the embedded SQLite default stores JSON as text.
+Every column change arrives in its own Alembic revision under ``alembic/versions``; a test
+checks that the revisions and these tables never drift apart.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = [
+    "TABLE_PREFIX",
+    "VERSION_TABLE",
+    "checkpoints",
+    "events",
+    "messages",
+    "metadata",
+    "states",
+    "usage",
+]
+
+TABLE_PREFIX = "__agents_"
+#: Alembic's version table for our revisions; never the host application's ``alembic_version``.
+VERSION_TABLE = "__agents_alembic_version"
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+#: JSONB on Postgres (the runbook's ``->>`` and ``'{}'::jsonb`` need it), JSON text elsewhere.
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+#: A 64-bit id that autoincrements on Postgres and SQLite alike.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+states = sa.Table(
+    "__agents_states",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("agent_type", sa.Text, nullable=False),
+    sa.Column("root_session_id", sa.Text, nullable=False),
+    sa.Column("parent_session_id", sa.Text, nullable=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("workflow_id", sa.Text, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("event_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("metadata", Json, nullable=False, server_default=sa.text("'{}'")),
+    sa.Column("error", Json, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    # 0002: the client-tool maps.
+    sa.Column(
+        "pending_client_tool_calls", Json, nullable=False, server_default=sa.text("'{}'")
+    ),
+    sa.Column(
+        "client_tool_call_ownership", Json, nullable=False, server_default=sa.text("'{}'")
+    ),
+    # 0004: durable already_completed markers (root tombstones).
+    sa.Column("completed_client_tool_calls", Json, nullable=True),
+    # 0005: pointer to the most recently written checkpoint.
+    sa.Column("latest_checkpoint_id", sa.Text, nullable=True),
+    sa.Index("ix___agents_states_root_session_id", "root_session_id"),
+    sa.Index("ix___agents_states_updated_at", "updated_at"),
+)
+
+messages = sa.Table(
+    "__agents_messages",
+    metadata,
+    sa.Column("message_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=True),
+    sa.Column("content", Json, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.CheckConstraint(
+        "role IN ('user', 'assistant', 'tool', 'system')", name="ck___agents_messages_role"
+    ),
+    sa.Index("ix___agents_messages_session_id_message_id", "session_id", "message_id"),
+    # At most one tool result per (session, tool_call_id): a duplicate cannot be written.
+    sa.Index(
+        "uq___agents_messages_tool_result",
+        "session_id",
+        "tool_call_id",
+        unique=True,
+        postgresql_where=sa.text("role = 'tool'"),
+        sqlite_where=sa.text("role = 'tool'"),
+    ),
+)
+
+usage = sa.Table(
+    "__agents_usage",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.Text, nullable=True),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("source_type", sa.Text, nullable=False),
+    sa.Column("source_name", sa.Text, nullable=True),
+    sa.Column("data", Json, nullable=False),
+    sa.Column("timestamp", sa.BigInteger, nullable=False),
+    sa.Column("dedupe_key", sa.Text, nullable=True),
+    # The runbook filters on source_type and the last hour, grouped per tool.
+    sa.Index("ix___agents_usage_source_type_timestamp", "source_type", "timestamp", "source_name"),
+    sa.Index("ix___agents_usage_session_id", "session_id"),
+    sa.Index("uq___agents_usage_dedupe_key", "dedupe_key", unique=True),
+)
+
+checkpoints = sa.Table(
+    "__agents_checkpoints",
+    metadata,
+    sa.Column("checkpoint_id", sa.Text, primary_key=True),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("step_count", sa.Integer, nullable=False),
+    sa.Column("message_count", sa.Integer, nullable=False),
+    sa.Column("state", Json, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix___agents_checkpoints_session_id", "session_id"),
+)
+
+events = sa.Table(
+    "__agents_events",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("sequence", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("run_id", sa.Text, nullable=True),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("data", Json, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,66 @@
+"""Shared fixtures: a fresh Postgres database per test, and a SQLite file per test.
+
+Postgres comes from ``HELIX_TEST_PG_URL`` (an admin URL; default the local server's
+``postgres`` database). Each test gets its own database, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+PG_ADMIN_URL = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _with_db(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def create_pg_database() -> str:
+    """Create an empty database and return its URL."""
+    name = f"helix_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return _with_db(PG_ADMIN_URL, name)
+
+
+def drop_pg_database(url: str) -> None:
+    """Drop a database made by ``create_pg_database``, ending its connections."""
+    name = url.rpartition("/")[2]
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty Postgres database."""
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite file."""
+    return f"sqlite:///{tmp_path / 'helix.sqlite'}"
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each backend in turn: a fresh Postgres database, then a fresh SQLite file."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'helix.sqlite'}"
+        return
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
