@@ -65,7 +65,9 @@ _CONTEXT_MARKERS = (
 _TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "h11", "h2", "anyio"})
 
 
-def _make(code: str, message: str, status: int | None, *, retryable: bool | None = None) -> ProviderError:
+def _make(
+    code: str, message: str, status: int | None, *, retryable: bool | None = None
+) -> ProviderError:
     return ProviderError(
         message,
         code=code,
@@ -133,7 +135,9 @@ def classify(
         return _make("provider_auth", text, status)
     if status == 429 or kind == "rate_limit_error" or code == "rate_limit_exceeded":
         # An exhausted quota answers 429 too, but waiting does not refill it.
-        return _make("provider_rate_limit", text, status, retryable="insufficient_quota" not in (kind, code))
+        return _make(
+            "provider_rate_limit", text, status, retryable="insufficient_quota" not in (kind, code)
+        )
     if (
         status in _OVERLOADED_STATUSES
         or kind in ("overloaded_error", "api_error", "server_error")

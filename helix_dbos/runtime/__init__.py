@@ -1,1 +1,5 @@
-"""helix_dbos.runtime."""
+"""The durable runtime: the only package (with http and cli) that decorates with DBOS."""
+
+from .runtime import AgentRuntime, TurnHandle
+
+__all__ = ["AgentRuntime", "TurnHandle"]

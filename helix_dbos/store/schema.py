@@ -34,7 +34,9 @@ metadata = sa.MetaData(
 )
 
 #: JSONB on Postgres (the runbook's ``->>`` and ``'{}'::jsonb`` need it), JSON text elsewhere.
-Json = sa.JSON().with_variant(JSONB(), "postgresql")
+#: Python ``None`` is written as SQL NULL, never as JSON ``null``: a nullable column reads the
+#: same ``IS NULL`` in rows written before its revision and rows written after it.
+Json = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 #: A 64-bit id that autoincrements on Postgres and SQLite alike.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 

@@ -31,7 +31,14 @@ from ..errors import SessionNotFoundError, StaleStateError, StateSizeExceededErr
 from ..observability.log import log_event
 from .schema import checkpoints, events, messages, states, usage
 
-__all__ = ["OWNERSHIP_ATTEMPTS", "PENDING_CLEAR_ATTEMPTS", "SessionStore", "UsageRow", "now_ms"]
+__all__ = [
+    "OWNERSHIP_ATTEMPTS",
+    "PENDING_CLEAR_ATTEMPTS",
+    "NoChange",
+    "SessionStore",
+    "UsageRow",
+    "now_ms",
+]
 
 T = TypeVar("T")
 
@@ -42,6 +49,14 @@ PENDING_CLEAR_ATTEMPTS = 5
 
 UsageRow = dict[str, Any]
 """``{kind, source_type, source_name, value | data, session_id, run_id, timestamp, dedupe_key}``."""
+
+
+class NoChange(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by an ``update`` mutation to return ``value`` without writing anything."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("no change")
+        self.value = value
 
 
 def now_ms() -> int:
@@ -213,7 +228,7 @@ class SessionStore:
         """Read-modify-write one or more session rows atomically, compare-and-swap on versions.
 
         ``mutate`` gets the current states by id (it may change them in place) and returns a
-        value. When another writer wins a race, the whole read-mutate-write is retried up to
+        value; it raises ``NoChange(value)`` to return without writing. When another writer wins a race, the whole read-mutate-write is retried up to
         ``attempts`` times with jittered backoff.
 
         Raises:
@@ -229,7 +244,10 @@ class SessionStore:
                     if missing:
                         raise SessionNotFoundError(f"No session {missing[0]!r}", sessionId=missing[0])
                     before = {i: s.version for i, s in current.items()}
-                    value = mutate(current)
+                    try:
+                        value = mutate(current)
+                    except NoChange as unchanged:
+                        return current, unchanged.value
                     saved: dict[str, SessionState] = {}
                     for sid in ids:
                         state = current[sid]

@@ -1,0 +1,342 @@
+"""An adapter for Anthropic's Messages API.
+
+Needs the optional extra: ``pip install 'helix-dbos[anthropic]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
+from ..core.messages import Message, ToolCall
+from ..errors import ConfigError, ProviderError
+from ._errors import classify, error_fields, incomplete_stream, is_transport_error, transport_error
+from .openai_compat import RAW_ARGUMENTS_KEY
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic, AsyncStream
+    from anthropic.types import RawMessageStreamEvent
+
+__all__ = ["AnthropicLLM", "to_anthropic_messages", "to_anthropic_tools"]
+
+_PROVIDER = "Anthropic"
+
+
+class AnthropicLLM:
+    """A Claude model behind Anthropic's Messages API.
+
+    Every call streams, so text reaches ``on_text`` as it is generated. The SDK's own retries
+    are off: a retryable ``ProviderError`` is retried by the runtime's durable model step
+    instead, so one attempt is one recorded step attempt.
+
+    Args:
+        model: the model name (``claude-sonnet-4-5`` ...).
+        api_key: the key; defaults to ``ANTHROPIC_API_KEY``. A proxy at a custom
+            ``base_url`` may need none, and then a placeholder is sent.
+        base_url: the endpoint; defaults to ``ANTHROPIC_BASE_URL`` or Anthropic.
+        timeout: seconds for connecting and for each wait on the stream.
+        max_tokens: the cap on generated tokens (the Messages API requires one).
+        client: a ready ``anthropic.AsyncAnthropic`` to use instead (Bedrock or Vertex
+            clients work too); it is copied with retries turned off.
+
+    Raises:
+        ConfigError: the ``anthropic`` package is not installed, or no key is configured for
+            Anthropic itself.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_tokens: int = 4096,
+        client: AsyncAnthropic | None = None,
+    ) -> None:
+        try:
+            import anthropic
+        except ImportError as exc:
+            raise ConfigError(
+                "AnthropicLLM needs the anthropic package: pip install 'helix-dbos[anthropic]'"
+            ) from exc
+        if not model:
+            raise ConfigError("AnthropicLLM needs a model name")
+        if max_tokens < 1:
+            raise ConfigError("AnthropicLLM: max_tokens must be >= 1")
+        self.name = f"anthropic:{model}"
+        self.model = model
+        self.max_tokens = max_tokens
+        if client is not None:
+            self._client = client.with_options(max_retries=0)
+            return
+        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        if not key:
+            if url is None:
+                raise ConfigError(
+                    "AnthropicLLM needs an API key: pass api_key or set ANTHROPIC_API_KEY"
+                )
+            # A proxy may authenticate on its own terms, but the SDK insists on a key.
+            key = "not-needed"
+        self._client = anthropic.AsyncAnthropic(
+            api_key=key, base_url=url, timeout=timeout, max_retries=0
+        )
+
+    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """Run one streamed Messages call.
+
+        Args:
+            request: instructions, conversation and tools.
+            on_text: receives each text delta as it arrives.
+
+        Returns:
+            The text, the tool calls (with Anthropic's ``toolu_`` ids) and the token usage.
+
+        Raises:
+            ProviderError: with a ``provider_*`` code; ``retryable`` says whether the step may
+                run it again.
+        """
+        system, messages = to_anthropic_messages(request.instructions, request.messages)
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = to_anthropic_tools(request.tools)
+        try:
+            stream = await self._client.messages.create(**params)
+        except Exception as exc:
+            mapped = _map_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        assembler = _StreamAssembler()
+        try:
+            async with aclosing(_events(stream)) as events:
+                async for event in events:
+                    delta = assembler.add(event)
+                    # Outside the mapping on purpose: a failing sink is the caller's error,
+                    # not the provider's.
+                    if delta and on_text is not None:
+                        await on_text(delta)
+        finally:
+            await stream.close()
+        return assembler.response()
+
+
+def to_anthropic_messages(
+    instructions: str, messages: list[Message]
+) -> tuple[str, list[dict[str, Any]]]:
+    """Our conversation as the Messages API's ``system`` and ``messages``.
+
+    The instructions, and any system messages, go to the top-level ``system`` text. Tool
+    results become ``tool_result`` blocks in a user message; consecutive messages of one role
+    are merged into one, because the API wants roles to alternate and all results of one
+    assistant message in the single user message after it. Empty texts are dropped (the API
+    refuses empty text blocks).
+
+    Returns:
+        ``(system, messages)``; ``system`` is "" when there is none.
+    """
+    system_parts = [instructions] if instructions else []
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role == "system":
+            if msg.content:
+                system_parts.append(msg.content)
+            continue
+        role = "assistant" if msg.role == "assistant" else "user"
+        blocks = _blocks(msg)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    for entry in out:
+        if entry["role"] == "user":
+            # Tool results must open the user message that answers a tool use.
+            entry["content"].sort(key=lambda block: block["type"] != "tool_result")
+    return "\n\n".join(system_parts), out
+
+
+def _blocks(msg: Message) -> list[dict[str, Any]]:
+    if msg.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.tool_call_id}
+        text = _tool_text(msg)
+        if text:
+            block["content"] = text
+        if msg.is_error:
+            block["is_error"] = True
+        return [block]
+    blocks: list[dict[str, Any]] = []
+    if msg.content:
+        blocks.append({"type": "text", "text": msg.content})
+    if msg.role == "assistant":
+        blocks.extend(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}
+            for call in msg.tool_calls
+        )
+    return blocks
+
+
+def _tool_text(msg: Message) -> str:
+    # ``content`` is the result as the model should read it; fall back to the JSON result (or
+    # the error code) so the model is never left guessing.
+    if msg.content:
+        return msg.content
+    if msg.is_error:
+        return msg.error_code or "The tool call failed"
+    return json.dumps(msg.result) if msg.result is not None else ""
+
+
+def to_anthropic_tools(tools: list[ToolSchema]) -> list[dict[str, Any]]:
+    """Tool schemas as Messages API tools."""
+    return [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for tool in tools
+    ]
+
+
+class _StreamAssembler:
+    """Folds the Messages stream events into one ``LLMResponse``."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        # Tool-use blocks by content index: [id, name, start input, partial JSON pieces].
+        self._tools: dict[int, tuple[str, str, dict[str, Any], list[str]]] = {}
+        self._input = 0
+        self._cache_read = 0
+        self._cache_write = 0
+        self._output = 0
+        self._stop_reason: str | None = None
+        self._stopped = False
+
+    def add(self, event: RawMessageStreamEvent) -> str:
+        """Take one event; return its text delta ("" if none)."""
+        if event.type == "message_start":
+            usage = event.message.usage
+            self._input = usage.input_tokens
+            self._cache_read = usage.cache_read_input_tokens or 0
+            self._cache_write = usage.cache_creation_input_tokens or 0
+            self._output = usage.output_tokens
+        elif event.type == "content_block_start":
+            block = event.content_block
+            if block.type == "tool_use":
+                start = dict(block.input) if isinstance(block.input, dict) else {}
+                self._tools[event.index] = (block.id, block.name, start, [])
+            elif block.type == "text" and block.text:
+                self._text.append(block.text)
+                return block.text
+        elif event.type == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta":
+                self._text.append(delta.text)
+                return delta.text
+            if delta.type == "input_json_delta" and event.index in self._tools:
+                self._tools[event.index][3].append(delta.partial_json)
+        elif event.type == "message_delta":
+            if event.delta.stop_reason is not None:
+                self._stop_reason = event.delta.stop_reason
+            # The counts here are cumulative for the whole message, so they replace.
+            totals = event.usage
+            self._output = totals.output_tokens
+            if totals.input_tokens is not None:
+                self._input = totals.input_tokens
+            if totals.cache_read_input_tokens is not None:
+                self._cache_read = totals.cache_read_input_tokens
+            if totals.cache_creation_input_tokens is not None:
+                self._cache_write = totals.cache_creation_input_tokens
+        elif event.type == "message_stop":
+            self._stopped = True
+        return ""
+
+    def response(self) -> LLMResponse:
+        """The assembled answer.
+
+        ``usage.input_tokens`` counts every prompt token, cached or not, as OpenAI does
+        (Anthropic reports cache reads and writes apart), so ``cached_tokens`` is a part of
+        it under either provider.
+
+        Raises:
+            ProviderError: the stream ended before ``message_stop`` (retryable).
+        """
+        if not self._stopped:
+            raise incomplete_stream(_PROVIDER)
+        calls = [
+            ToolCall(id=call_id, name=name, input=_parse_input(pieces, start))
+            for _, (call_id, name, start, pieces) in sorted(self._tools.items())
+        ]
+        usage = Usage(
+            input_tokens=self._input + self._cache_read + self._cache_write,
+            output_tokens=self._output,
+            cached_tokens=self._cache_read,
+        )
+        stop = self._stop_reason or ("tool_use" if calls else "end_turn")
+        return LLMResponse(
+            text="".join(self._text), tool_calls=calls, usage=usage, stop_reason=stop
+        )
+
+
+def _parse_input(pieces: list[str], start: dict[str, Any]) -> dict[str, Any]:
+    """A tool use's input: the streamed JSON, else the block's starting input.
+
+    Input that is not a JSON object (cut off by ``max_tokens``) is kept as
+    ``{"_raw": text}``, as in the OpenAI adapter, so the tool's validation reports it to the
+    model instead of the call failing.
+    """
+    raw = "".join(pieces)
+    if not raw.strip():
+        return start
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {RAW_ARGUMENTS_KEY: raw}
+    return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
+
+
+async def _events(
+    stream: AsyncStream[RawMessageStreamEvent],
+) -> AsyncGenerator[RawMessageStreamEvent]:
+    """The stream's events, with SDK and network failures turned into ``ProviderError``."""
+    try:
+        async for event in stream:
+            yield event
+    except Exception as exc:
+        mapped = _map_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def _map_error(exc: Exception) -> ProviderError | None:
+    """The ``ProviderError`` for an SDK or network failure; None for anything else."""
+    import anthropic
+
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return transport_error(_PROVIDER, exc.__cause__ or exc)
+    if isinstance(exc, anthropic.APIStatusError):
+        kind, code, message = error_fields(exc.body)
+        # An ``error`` event inside a stream arrives as a status error of the 200 response.
+        status = exc.status_code if exc.status_code >= 400 else None
+        return classify(
+            _PROVIDER,
+            status=status,
+            message=message or exc.message,
+            error_type=kind,
+            error_code=code,
+        )
+    if is_transport_error(exc):
+        return transport_error(_PROVIDER, exc)
+    return None

@@ -1,0 +1,58 @@
+"""The process's runtime context: what durable code looks up by name.
+
+DBOS is a singleton per process, and workflow and step arguments are only names and JSON, so
+workflow code finds the agent registry, the store and the datasource here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..config import HelixSettings
+from ..core.agents import AgentRegistry
+from ..store.store import SessionStore
+
+if TYPE_CHECKING:
+    from dbos import AsyncSQLAlchemyDatasource
+
+__all__ = ["RuntimeContext", "current", "install", "uninstall"]
+
+
+@dataclass
+class RuntimeContext:
+    """Everything durable code needs, installed when a runtime launches."""
+
+    settings: HelixSettings
+    registry: AgentRegistry
+    store: SessionStore
+    datasource: AsyncSQLAlchemyDatasource
+    scrubber: object | None = None
+    parked: set[str] = field(default_factory=set)
+    """Workflow ids whose coroutine is parked in ``recv`` right now (for interrupt checks)."""
+
+
+_context: RuntimeContext | None = None
+
+
+def install(context: RuntimeContext) -> None:
+    """Make ``context`` the process's runtime context."""
+    global _context
+    _context = context
+
+
+def uninstall() -> None:
+    """Forget the runtime context (at shutdown)."""
+    global _context
+    _context = None
+
+
+def current() -> RuntimeContext:
+    """The launched runtime's context.
+
+    Raises:
+        RuntimeError: no runtime is launched in this process.
+    """
+    if _context is None:
+        raise RuntimeError("No helix-dbos runtime is launched in this process")
+    return _context

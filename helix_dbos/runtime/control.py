@@ -1,0 +1,170 @@
+"""The interrupt module: interrupt and abort a session tree, and resume entries.
+
+``cancel_workflow`` flips a workflow to CANCELLED but does not wake a coroutine parked in
+``recv``; so after cancelling, a stop message is sent on every awaited topic, and the parked
+coroutine leaves at once. The pending state is then cleaned directly in the store (a
+cancelled workflow's own steps can no longer run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbos import DBOS
+
+from ..core.events import event
+from ..core.session import SessionState, Tombstone, batch_of, unanswered
+from ..errors import AgentAlreadyRunningError, AgentNotResumableError
+from ..observability import metrics
+from ..observability.log import log_event
+from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
+from . import names
+from .context import RuntimeContext
+from .entry import ACTIVE_STATUSES
+
+__all__ = ["find_suspended", "stash_entry", "stop_tree", "tree_of"]
+
+
+async def tree_of(ctx: RuntimeContext, session_id: str) -> list[SessionState]:
+    """The session and every session below it, parents first."""
+    top = await ctx.store.get(session_id)
+    below = await ctx.store.descendants(top.root_session_id)
+    tree = [top]
+    ids = {top.session_id}
+    for state in below:  # created_at order puts parents before children
+        if state.parent_session_id in ids:
+            tree.append(state)
+            ids.add(state.session_id)
+    return tree
+
+
+async def stop_tree(ctx: RuntimeContext, session_id: str, *, abort: bool, reason: str | None) -> SessionState:
+    """Interrupt (or abort) a session and every sub-agent below it.
+
+    1. cancel each active turn's workflow; 2. wake every parked coroutine with a stop message;
+    3. in one transaction: clear the owners' pending calls and the root's ownership entries,
+    write ``stopped`` tombstones (a late submit answers ``run_stopped``), record the stop
+    (``interrupted``, or ``failed`` with ``framework_cancelled``), count ``client_tool_abort``.
+    """
+    tree = await tree_of(ctx, session_id)
+    active = [s for s in tree if s.status in ACTIVE_STATUSES]
+    if not active:
+        return tree[0]
+    for state in active:
+        if state.workflow_id:
+            await DBOS.cancel_workflow_async(state.workflow_id)
+    for state in active:
+        for entry in unanswered(list(state.pending.values())):
+            if state.workflow_id:
+                await DBOS.send_async(
+                    state.workflow_id, {"kind": "stop"},
+                    topic=names.tool_result_topic(entry.tool_call_id),
+                    idempotency_key=names.control_idempotency_key(entry.run_id, entry.tool_call_id, "stop"),
+                )
+    at = now_ms()
+    root_id = tree[0].root_session_id
+    ids = [s.session_id for s in active]
+    error = {"code": "framework_cancelled", "message": reason or "The session was aborted"} if abort else None
+    stopped: list[tuple[SessionState, Any]] = []
+
+    def record(states: dict[str, SessionState]) -> None:
+        root = states[root_id]
+        for sid in ids:
+            s = states[sid]
+            if s.status not in ACTIVE_STATUSES:
+                continue
+            for entry in list(s.pending.values()):
+                stopped.append((s, entry))
+                root.ownership.pop(entry.tool_call_id, None)
+                root.completed[entry.tool_call_id] = Tombstone(
+                    completed_at=at, outcome="stopped", run_id=entry.run_id,
+                    owner_session_id=sid, retention_ms=entry.completed_retention_ms,
+                )
+            s.pending.clear()
+            s.metadata.pop("entryInput", None)
+            s.status = "failed" if abort else "interrupted"
+            s.error = error
+
+    async with ctx.store.transaction() as conn:
+        saved, _ = await ctx.store.update(
+            list(dict.fromkeys([root_id, *ids])), record, attempts=PENDING_CLEAR_ATTEMPTS,
+            conn=conn, retry_event="client_tool.clear_pending_retry",
+            failed_event="client_tool.ownership_clear_failed",
+        )
+        rows: list[dict[str, Any]] = []
+        for state, entry in stopped:
+            common = {"session_id": state.session_id, "run_id": entry.run_id,
+                      "tool_call_id": entry.tool_call_id, "tool_name": entry.tool_name, "at_ms": at}
+            rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
+            rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
+        await ctx.store.record_usage(rows, conn)
+        outcome = "failed" if abort else "interrupted"
+        for sid in ids:
+            await ctx.store.append_events(
+                sid, saved[sid].run_id,
+                [event("turn_end", outcome=outcome, **({"error": error} if error else {}))], conn,
+            )
+    for state, entry in stopped:
+        log_event("client_tool.aborted", sessionId=state.session_id, runId=entry.run_id,
+                  toolCallId=entry.tool_call_id, toolName=entry.tool_name,
+                  deadlineAt=entry.deadline_at, abort=abort)
+    return saved.get(tree[0].session_id, tree[0])
+
+
+def find_suspended(tree: list[SessionState]) -> list[SessionState]:
+    """The sessions of a tree that hold pending calls."""
+    return [s for s in tree if s.pending]
+
+
+async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, abandon: bool) -> str:
+    """A new message over pending calls: stash it on the session and, if abandoning, wake.
+
+    The parked turn drains the stored answers (abandoning the unanswered ones when asked),
+    commits them, then the message, then runs one model call. Returns the run that will carry
+    the message.
+
+    Raises:
+        AgentNotResumableError: a partial batch without ``abandon_pending`` (retryable), or a
+            suspension that also awaits sub-agents.
+        AgentAlreadyRunningError: the batch is already being drained.
+    """
+    tree = await tree_of(ctx, root.session_id)
+    if any(s.pending for s in tree[1:]) or any(s.status in ACTIVE_STATUSES for s in tree[1:]):
+        raise AgentNotResumableError(
+            "The session also awaits sub-agents; a new message cannot be delivered now",
+            sessionId=root.session_id,
+        )
+    at = now_ms()
+    run_id = root.run_id or ""
+    awaited = [p.tool_call_id for p in unanswered(batch_of(root.pending, run_id))
+               if not p.lapsed_by(at)]
+    if awaited and not abandon:
+        exc = AgentNotResumableError(
+            f"The batch is partial: still awaiting {', '.join(awaited)}",
+            sessionId=root.session_id, awaitedToolCallIds=awaited,
+        )
+        exc.retryable = True
+        raise exc
+
+    def stash(states: dict[str, SessionState]) -> list[str]:
+        s = states[root.session_id]
+        if s.status != "suspended_client_tool" or not batch_of(s.pending, run_id) or s.run_id != run_id:
+            raise NoChange(None)
+        if "entryInput" in s.metadata:
+            raise NoChange(None)
+        s.metadata["entryInput"] = {"message": message, "abandonPending": abandon, "runId": run_id}
+        return [p.tool_call_id for p in unanswered(batch_of(s.pending, run_id))]
+
+    _, to_wake = await ctx.store.update([root.session_id], stash)
+    if to_wake is None:
+        raise AgentAlreadyRunningError(
+            "The turn is already continuing; send the message when it ends",
+            sessionId=root.session_id,
+        )
+    if abandon and root.workflow_id:
+        for tcid in to_wake:
+            await DBOS.send_async(
+                root.workflow_id, {"kind": "abandon"}, topic=names.tool_result_topic(tcid),
+                idempotency_key=names.control_idempotency_key(run_id, tcid, "abandon"),
+            )
+    return names.next_run_id(run_id)

@@ -1,0 +1,117 @@
+"""Opening a turn: claim the session, heal the history, commit the entry message.
+
+A turn's entry is committed before its workflow starts (for a root turn) or inside a
+datasource step of the parent (for a sub-agent), so the workflow itself only runs steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..core.events import event
+from ..core.humanize import humanize_client_tool_error
+from ..core.messages import Message
+from ..core.session import SessionState
+from ..errors import AgentAlreadyRunningError
+from ..store.store import SessionStore
+from . import names
+from .context import current
+
+__all__ = ["ACTIVE_STATUSES", "open_turn", "start_child_session", "unpaired_tool_calls"]
+
+ACTIVE_STATUSES = frozenset({"running", "suspended_client_tool"})
+START_CHILD_STEP = "helix.turn.start_child"
+
+
+def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
+    """``(tool_call_id, tool_name)`` of every tool_use without a tool_result, in order."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    return [
+        (call.id, call.name)
+        for m in history if m.role == "assistant"
+        for call in m.tool_calls if call.id not in answered
+    ]
+
+
+async def open_turn(
+    store: SessionStore,
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    agent_type: str,
+    turn_id: str,
+    message: str | None,
+    root_session_id: str | None = None,
+    parent_session_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> SessionState:
+    """Claim ``session_id`` for a new turn (creating it if new) and commit its entry.
+
+    Raises:
+        AgentAlreadyRunningError: a turn of the session is running or parked.
+    """
+    workflow_id = names.turn_workflow_id(session_id, turn_id)
+    existing = await store.load(session_id, conn)
+    if existing is None:
+        state = await store.create_session(
+            SessionState(
+                session_id=session_id, agent_type=agent_type,
+                root_session_id=root_session_id or session_id,
+                parent_session_id=parent_session_id, status="running", run_id=turn_id,
+                workflow_id=workflow_id, metadata=metadata or {},
+            ),
+            conn,
+        )
+    else:
+        if existing.status in ACTIVE_STATUSES:
+            raise AgentAlreadyRunningError(
+                f"Session {session_id!r} already has a turn {existing.status}",
+                sessionId=session_id, runId=existing.run_id,
+            )
+
+        def claim(states: dict[str, SessionState]) -> None:
+            s = states[session_id]
+            if s.status in ACTIVE_STATUSES:
+                raise AgentAlreadyRunningError(
+                    f"Session {session_id!r} already has a turn {s.status}", sessionId=session_id
+                )
+            s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
+            s.metadata.pop("entryInput", None)
+
+        saved, _ = await store.update([session_id], claim, conn=conn)
+        state = saved[session_id]
+    history = await store.load_messages(session_id, conn)
+    # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
+    healed = [
+        Message(role="tool", tool_call_id=tcid, tool_name=name, is_error=True,
+                error_code="not_executed", content=humanize_client_tool_error("not_executed", name))
+        for tcid, name in unpaired_tool_calls(history)
+    ]
+    entry = [Message(role="user", content=message)] if message is not None else []
+    await store.append_messages(session_id, turn_id, healed + entry, conn)
+    events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]
+    if message is not None:
+        events.append(event("user_message", text=message))
+    await store.append_events(session_id, turn_id, events, conn)
+    return state
+
+
+async def start_child_session(
+    child_session_id: str, child_turn_id: str, agent_type: str, root_session_id: str,
+    parent_session_id: str, message: str,
+) -> None:
+    """Inside a parent turn: create the sub-agent's session and commit its entry (one step)."""
+
+    async def body() -> None:
+        ctx = current()
+        conn = await ctx.datasource.sql_session().connection()
+        await open_turn(
+            ctx.store, conn, session_id=child_session_id, agent_type=agent_type,
+            turn_id=child_turn_id, message=message, root_session_id=root_session_id,
+            parent_session_id=parent_session_id,
+        )
+
+    options: Any = {"name": START_CHILD_STEP, "isolation_level": "READ COMMITTED"}
+    await current().datasource.run_tx_step_async(options, body)

@@ -1,0 +1,79 @@
+"""Every name DBOS persists, and the id formats built from them: the durable contract.
+
+Changing one strands in-flight workflows (a parked turn replays by these names). Add new
+names; never rename one without keeping the old one registered and noting it in CHANGELOG.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "COMMIT_MODEL_STEP",
+    "COMMIT_RESULTS_STEP",
+    "FINISH_STEP",
+    "MODEL_STEP",
+    "SERVER_TOOL_STEP",
+    "TURN_WORKFLOW",
+    "approval_id",
+    "child_session_id",
+    "control_idempotency_key",
+    "next_run_id",
+    "submit_idempotency_key",
+    "tool_result_topic",
+    "turn_workflow_id",
+]
+
+TURN_WORKFLOW = "helix.turn"
+"""One turn of one session (root or sub-agent): model steps, tools, parks, results."""
+MODEL_STEP = "helix.turn.model"
+"""Calls the model; its response is recorded, so a replay never calls the provider again."""
+COMMIT_MODEL_STEP = "helix.turn.commit_model"
+"""Commits the assistant message and registers suspending calls (one transaction)."""
+SERVER_TOOL_STEP = "helix.turn.server_tool"
+"""Runs a server tool (also an approved approval-gated tool)."""
+COMMIT_RESULTS_STEP = "helix.turn.commit_results"
+"""Commits a step's tool results, clears pending calls, writes tombstones and metrics."""
+FINISH_STEP = "helix.turn.finish"
+"""Records the turn's outcome (completed or failed)."""
+
+_CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
+
+
+def turn_workflow_id(session_id: str, turn_id: str) -> str:
+    """The workflow id of a turn: ``helix:<session>:<turn>``."""
+    return f"helix:{session_id}:{turn_id}"
+
+
+def tool_result_topic(tool_call_id: str) -> str:
+    """The ``DBOS.recv`` topic a parked turn waits on for one call: the call's id."""
+    return tool_call_id
+
+
+def submit_idempotency_key(run_id: str, tool_call_id: str) -> str:
+    """The ``DBOS.send`` idempotency key of a submit: ``<run>:<call>``."""
+    return f"{run_id}:{tool_call_id}"
+
+
+def control_idempotency_key(run_id: str, tool_call_id: str, kind: str, nonce: str = "") -> str:
+    """The key of a control message (stop, wake) sent on a call's topic."""
+    return f"{run_id}:{tool_call_id}:{kind}:{nonce}"
+
+
+def approval_id(run_id: str, tool_call_id: str) -> str:
+    """An approval's id: ``<runId>::<toolCallId>``."""
+    return f"{run_id}::{tool_call_id}"
+
+
+def next_run_id(run_id: str) -> str:
+    """The run that continues a suspended run: ``<run>:continuation``, then ``:continuation:2``..."""
+    match = _CONTINUATION.match(run_id)
+    if match is None:
+        return f"{run_id}:continuation"
+    n = int(match.group("n") or 1) + 1
+    return f"{match.group('base')}:continuation:{n}"
+
+
+def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
+    """The session of a sub-agent started by a parent's tool call."""
+    return f"{parent_session_id}.{tool_call_id}"

@@ -1,0 +1,339 @@
+"""``AgentRuntime``: the one entry point to start, submit, resume, interrupt and inspect turns."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dbos import DBOS, AsyncSQLAlchemyDatasource, SetWorkflowID
+
+from ..config import HelixSettings
+from ..core.agents import Agent, AgentRegistry
+from ..core.events import SessionEvent
+from ..core.messages import Message
+from ..core.session import SessionState, SubmitAnswer, batch_of, unanswered
+from ..errors import AgentNotResumableError, RequestValidationError
+from ..observability.log import set_service_name
+from ..store.migrate import require_current_schema, upgrade
+from ..store.store import SessionStore, now_ms
+from . import context, names
+from .control import stash_entry, stop_tree, tree_of
+from .entry import ACTIVE_STATUSES, open_turn
+from .submit import MISSING, Submission, submit
+from .turn import run_turn
+
+__all__ = ["AgentRuntime", "TurnHandle"]
+
+_TERMINAL = frozenset({"completed", "failed", "interrupted"})
+
+
+@dataclass(frozen=True)
+class TurnHandle:
+    """What an entry (start or resume) returns."""
+
+    session_id: str
+    run_id: str
+    workflow_id: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        """The wire form ``{sessionId, runId}``."""
+        return {"sessionId": self.session_id, "runId": self.run_id}
+
+
+class AgentRuntime:
+    """The durable agent runtime of one process.
+
+    Args:
+        agents: the agents it serves (found by name; sub-agents are registered too).
+        settings: configuration; defaults to ``HelixSettings.from_env()``.
+        scrubber: optional ``str -> str`` applied to submitted error strings (and denial
+            reasons) before they are stored, streamed, logged or shown to the model.
+        service_name: tags every log event with ``service``.
+    """
+
+    def __init__(
+        self,
+        agents: Iterable[Agent],
+        settings: HelixSettings | None = None,
+        *,
+        scrubber: Callable[[str], str] | None = None,
+        service_name: str | None = None,
+    ) -> None:
+        self.settings = settings or HelixSettings.from_env()
+        self.registry = AgentRegistry(agents)
+        self.scrubber = scrubber
+        self.service_name = service_name
+        self._ctx: context.RuntimeContext | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def max_result_bytes(self) -> int:
+        """The submit size limit; hosts read it, never configure it twice."""
+        return self.settings.max_result_bytes
+
+    @property
+    def store(self) -> SessionStore:
+        """The session store (after ``launch``)."""
+        return self.ctx.store
+
+    @property
+    def ctx(self) -> context.RuntimeContext:
+        if self._ctx is None:
+            raise RuntimeError("The runtime is not launched: call `await runtime.launch()`")
+        return self._ctx
+
+    def dbos_config(self) -> dict[str, Any]:
+        """The DBOS configuration: pinned executor id and version, our system database."""
+        s = self.settings
+        urls = s.urls
+        config: dict[str, Any] = {
+            "name": s.app_name,
+            "system_database_url": urls.dbos,
+            "application_version": s.application_version,
+            "executor_id": s.executor_id,
+            "log_level": s.dbos_log_level,
+            "max_executor_threads": s.max_executor_threads,
+        }
+        if urls.is_sqlite:
+            config["notification_listener_polling_interval_sec"] = s.sqlite_poll_seconds
+        config.update(s.extra_dbos_config)
+        return config
+
+    async def launch(self) -> None:
+        """Migrate (or check) the session tables, launch DBOS, and recover parked turns."""
+        s = self.settings
+        if s.run_migrations:
+            await asyncio.to_thread(upgrade, s.database_url)
+        else:
+            await asyncio.to_thread(require_current_schema, s.database_url)
+        if self.service_name:
+            set_service_name(self.service_name)
+        store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
+        DBOS(config=self.dbos_config())  # type: ignore[arg-type]
+        datasource = await AsyncSQLAlchemyDatasource.create(
+            s.urls.async_, engine=store.engine, run_migrations=s.run_migrations
+        )
+        self._ctx = context.RuntimeContext(
+            settings=s, registry=self.registry, store=store, datasource=datasource,
+            scrubber=self.scrubber,
+        )
+        # Recovery at launch replays parked turns, which look the context up: install first.
+        context.install(self._ctx)
+        DBOS.launch()
+
+    async def shutdown(self) -> None:
+        """Destroy DBOS and close the store. Parked turns stay durable and recover later."""
+        DBOS.destroy(destroy_registry=False)
+        if self._ctx is not None:
+            await self._ctx.store.close()
+        context.uninstall()
+        self._ctx = None
+
+    async def __aenter__(self) -> AgentRuntime:
+        await self.launch()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # -- entries ----------------------------------------------------------------------------
+
+    async def start(self, agent_type: str, message: str, session_id: str | None = None) -> TurnHandle:
+        """Start a turn: a new session, or the next turn of an idle/ended session.
+
+        Raises:
+            AgentNotFoundError: no such agent.
+            AgentAlreadyRunningError: the session has a turn running or parked.
+        """
+        self.registry.get(agent_type)
+        sid = session_id or f"ses_{uuid.uuid4().hex}"
+        return await self._enter(sid, agent_type, message)
+
+    async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
+        turn_id = f"run_{uuid.uuid4().hex[:24]}"
+        async with self.store.transaction() as conn:
+            state = await open_turn(
+                self.store, conn, session_id=session_id, agent_type=agent_type,
+                turn_id=turn_id, message=message,
+            )
+        workflow_id = names.turn_workflow_id(session_id, turn_id)
+        with SetWorkflowID(workflow_id):
+            await DBOS.start_workflow_async(
+                run_turn, session_id, turn_id, state.agent_type, state.root_session_id
+            )
+        return TurnHandle(session_id, turn_id, workflow_id)
+
+    async def resume(
+        self,
+        session_id: str,
+        mode: Literal["continue", "with_message"] = "continue",
+        message: str | None = None,
+        abandon_pending: bool = False,
+    ) -> TurnHandle:
+        """Resume a session.
+
+        ``continue`` continues a complete batch (on DBOS the parked turn already does; this
+        adopts it) and is refused on a partial batch with a retryable ``state_not_resumable``.
+        ``with_message`` delivers a new message over pending calls: with ``abandon_pending``
+        every unanswered call gets ``client_tool_abandoned``, stored answers are kept, the
+        results are committed before the message, and one model call runs. On an interrupted
+        session it starts the next turn. Completed and failed sessions are refused.
+        """
+        state = await self.store.get(session_id)
+        if mode == "with_message" and message is None:
+            raise RequestValidationError("mode 'with_message' needs a message", cause="message")
+        if state.status in ("completed", "failed"):
+            raise AgentNotResumableError(
+                f"Session {session_id!r} is {state.status}; send the next message with start()",
+                sessionId=session_id, status=state.status,
+            )
+        if state.status == "interrupted" or state.status == "idle":
+            if mode == "continue":
+                raise AgentNotResumableError(
+                    f"Session {session_id!r} is {state.status}: nothing to continue",
+                    sessionId=session_id, status=state.status,
+                )
+            return await self._enter(session_id, state.agent_type, message)
+        if mode == "with_message":
+            assert message is not None
+            run_id = await stash_entry(self.ctx, state, message, abandon_pending)
+            return TurnHandle(session_id, run_id, state.workflow_id)
+        return await self._continue(state)
+
+    async def _continue(self, root: SessionState) -> TurnHandle:
+        at = now_ms()
+        for state in await tree_of(self.ctx, root.session_id):
+            awaited = [p.tool_call_id for p in unanswered(batch_of(state.pending, state.run_id or ""))
+                       if not p.lapsed_by(at)]
+            if awaited:
+                exc = AgentNotResumableError(
+                    f"The batch is partial: still awaiting {', '.join(awaited)}",
+                    sessionId=root.session_id, awaitedToolCallIds=awaited,
+                )
+                exc.retryable = True
+                raise exc
+        run_id = root.run_id or ""
+        if root.status == "suspended_client_tool" and root.pending:
+            run_id = names.next_run_id(run_id)
+        return TurnHandle(root.session_id, run_id, root.workflow_id)
+
+    async def submit_tool_result(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        *,
+        result: Any = MISSING,
+        error: str | None = None,
+        kind: Literal["client-tool-result", "approval-response"] = "client-tool-result",
+        approval_id: str | None = None,
+        approved: bool | None = None,
+        reason: str | None = None,
+        edited_input: dict[str, Any] | None = None,
+        shown_input: dict[str, Any] | None = None,
+    ) -> SubmitAnswer:
+        """Submit a client tool's result or error, or an approval decision, on the ROOT session.
+
+        Returns ``accepted`` / ``already_completed`` (each with its continuation) or
+        ``unknown_tool_call`` (with ``reason`` ``run_stopped`` after a stop).
+
+        Raises:
+            PayloadTooLargeError: the result is over ``max_result_bytes``; nothing stored.
+            InvalidResultError: the result fails the tool's output schema; nothing stored.
+            ApprovalMismatchError: a forged approval (wrong id or other arguments).
+            RunSupersededError: the call's run was superseded; nothing written.
+            RequestValidationError: neither or both of result and error, or a wrong kind.
+        """
+        return await submit(
+            self.ctx,
+            Submission(
+                session_id=session_id, tool_call_id=tool_call_id, kind=kind, result=result,
+                error=error, approval_id=approval_id, approved=approved, reason=reason,
+                edited_input=edited_input, shown_input=shown_input,
+            ),
+        )
+
+    async def interrupt(self, session_id: str) -> SessionState:
+        """Stop the session's turn and every sub-agent below it; it ends ``interrupted``."""
+        return await stop_tree(self.ctx, session_id, abort=False, reason=None)
+
+    async def abort(self, session_id: str, reason: str | None = None) -> SessionState:
+        """Stop like ``interrupt``, but the session ends ``failed`` with ``framework_cancelled``."""
+        return await stop_tree(self.ctx, session_id, abort=True, reason=reason)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def session(self, session_id: str) -> SessionState:
+        """The session's row."""
+        return await self.store.get(session_id)
+
+    async def messages(self, session_id: str) -> list[Message]:
+        """The session's conversation."""
+        return await self.store.load_messages(session_id)
+
+    async def events(self, session_id: str, after: int = 0, limit: int = 1000) -> list[SessionEvent]:
+        """The session's events after sequence ``after``."""
+        return await self.store.read_events(session_id, after, limit)
+
+    async def status(self, session_id: str) -> dict[str, Any]:
+        """The seed's status view: ``{sessionId, status, runId, pendingToolCalls, error?}``.
+
+        Pending calls of sub-agents are listed on the root (the client submits there), and a
+        root waiting on a parked sub-agent reads ``suspended_client_tool``.
+        """
+        tree = await tree_of(self.ctx, session_id)
+        top = tree[0]
+        pending = [
+            {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "input": p.input,
+             "deadlineAt": p.deadline_at, "kind": p.kind, "ownerSessionId": s.session_id,
+             **({"approvalId": p.approval_id} if p.approval_id else {}),
+             **({"submittedAt": p.submitted_at} if p.submitted_at else {})}
+            for s in tree for p in sorted(s.pending.values(), key=lambda p: p.index)
+        ]
+        status = top.status
+        if status == "running" and any(p.get("submittedAt") is None for p in pending):
+            status = "suspended_client_tool"
+        body: dict[str, Any] = {"sessionId": top.session_id, "status": status, "runId": top.run_id,
+                                "pendingToolCalls": pending}
+        if top.error:
+            body["error"] = top.error
+        return body
+
+    async def wait(self, session_id: str, *, until: Iterable[str] = _TERMINAL,
+                   timeout: float = 30.0, interval: float = 0.02) -> dict[str, Any]:
+        """Poll ``status`` until it is one of ``until``; returns the status view.
+
+        Raises:
+            TimeoutError: the status did not arrive within ``timeout`` seconds.
+        """
+        wanted = set(until)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            view = await self.status(session_id)
+            if view["status"] in wanted:
+                return view
+            if loop.time() > deadline:
+                raise TimeoutError(f"Session {session_id} is {view['status']}, not {sorted(wanted)}")
+            await asyncio.sleep(interval)
+
+    async def wait_for_pending(self, session_id: str, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Poll until at least ``count`` unanswered pending calls exist; returns them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            view = await self.status(session_id)
+            waiting = [p for p in view["pendingToolCalls"] if "submittedAt" not in p]
+            if len(waiting) >= count:
+                return waiting
+            if view["status"] in _TERMINAL or loop.time() > deadline:
+                raise TimeoutError(f"Session {session_id} is {view['status']} with {len(waiting)} pending calls")
+            await asyncio.sleep(0.01)
+
+
+def is_active(status: str) -> bool:
+    """Whether a session status means a turn is running or parked."""
+    return status in ACTIVE_STATUSES

@@ -1,0 +1,400 @@
+"""The durable steps of a turn.
+
+Steps that write session state run as DBOS datasource transactions: the session writes and the
+step's checkpoint commit together, so a replay never writes twice and a crash never leaves a
+write without its checkpoint. Only names and JSON cross these boundaries.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from dbos import DBOS
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..core.events import event
+from ..core.humanize import humanize_client_tool_error
+from ..core.llm import LLMRequest, LLMResponse
+from ..core.messages import Message, ToolCall
+from ..core.session import PendingCall, SessionState, Tombstone, args_digest
+from ..errors import ProviderError
+from ..observability import metrics
+from ..observability.log import log_event
+from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
+from . import names
+from .context import current
+
+__all__ = [
+    "call_model",
+    "collect_answers",
+    "commit_model",
+    "commit_results",
+    "finish_turn",
+    "run_server_tool",
+    "tool_result_message",
+]
+
+R = TypeVar("R")
+
+_TX = {"isolation_level": "READ COMMITTED"}
+
+
+async def _transaction(name: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+    """Run ``fn`` as a datasource transaction step named ``name``."""
+    ds = current().datasource
+    options: Any = {**_TX, "name": name}
+    return await ds.run_tx_step_async(options, fn, *args)
+
+
+async def _conn() -> AsyncConnection:
+    return await current().datasource.sql_session().connection()
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, ProviderError) and exc.retryable
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+@DBOS.step(
+    name=names.MODEL_STEP,
+    retries_allowed=True,
+    max_attempts=4,
+    interval_seconds=0.5,
+    backoff_rate=2.0,
+    should_retry=_retryable,
+)
+async def call_model(session_id: str, run_id: str, agent_type: str, step: int) -> dict[str, Any]:
+    """Call the agent's model on the session's conversation; the response is recorded."""
+    ctx = current()
+    agent = ctx.registry.get(agent_type)
+    request = LLMRequest(
+        instructions=agent.instructions,
+        messages=await ctx.store.load_messages(session_id),
+        tools=[tool.schema() for tool in agent.tools],
+        session_id=session_id,
+        run_id=run_id,
+        step=step,
+    )
+    response = await agent.llm.complete(request)
+    return {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
+
+
+# -- committing the model's answer ----------------------------------------------------------
+
+
+def _pending_entries(
+    plan: list[dict[str, Any]], run_id: str, at_ms: int, retention_ms: int
+) -> dict[str, PendingCall]:
+    entries: dict[str, PendingCall] = {}
+    for item in plan:
+        if item["kind"] not in ("client", "approval"):
+            continue
+        tcid = item["toolCallId"]
+        entries[tcid] = PendingCall(
+            tool_call_id=tcid,
+            tool_name=item["toolName"],
+            input=item["input"],
+            run_id=run_id,
+            kind=item["kind"],
+            index=item["index"],
+            deadline_at=at_ms + int(item["timeoutSeconds"] * 1000),
+            registered_at=at_ms,
+            completed_retention_ms=retention_ms,
+            approval_id=names.approval_id(run_id, tcid) if item["kind"] == "approval" else None,
+            args_digest=args_digest(item["toolName"], item["input"])
+            if item["kind"] == "approval"
+            else None,
+        )
+    return entries
+
+
+def _start_events(plan: list[dict[str, Any]], entries: dict[str, PendingCall]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in plan:
+        entry = entries.get(item["toolCallId"])
+        common = {"toolCallId": item["toolCallId"], "toolName": item["toolName"], "input": item["input"]}
+        if entry is not None and entry.kind == "approval":
+            out.append(
+                event(
+                    "tool_approval_request",
+                    **common,
+                    approvalId=entry.approval_id,
+                    argsDigest=entry.args_digest,
+                    deadlineAt=entry.deadline_at,
+                )
+            )
+        else:
+            extra = {"deadlineAt": entry.deadline_at} if entry is not None else {}
+            out.append(event("tool_start", **common, kind=item["kind"], **extra))
+    return out
+
+
+async def commit_model(
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    step: int,
+    model: dict[str, Any],
+    plan: list[dict[str, Any]],
+    retention_ms: int,
+) -> dict[str, Any]:
+    """Commit the assistant message, its events and usage, and register suspending calls.
+
+    In the same transaction, the suspending calls' pending entries are written on this
+    (owning) session and their ownership entries on the root.
+
+    Returns:
+        ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
+    """
+    return await _transaction(
+        names.COMMIT_MODEL_STEP, _commit_model, session_id, root_session_id, run_id, step,
+        model, plan, retention_ms,
+    )
+
+
+async def _commit_model(
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    step: int,
+    model: dict[str, Any],
+    plan: list[dict[str, Any]],
+    retention_ms: int,
+) -> dict[str, Any]:
+    ctx = current()
+    conn = await _conn()
+    response = LLMResponse.model_validate(model["response"])
+    at = now_ms()
+    await ctx.store.append_messages(
+        session_id,
+        run_id,
+        [Message(role="assistant", content=response.text, tool_calls=response.tool_calls)],
+        conn,
+    )
+    await ctx.store.record_usage(
+        [metrics.token_row(response.usage, session_id=session_id, run_id=run_id, step=step,
+                           llm_name=model.get("llm", "llm"), at_ms=at)],
+        conn,
+    )
+    entries = _pending_entries(plan, run_id, at, retention_ms)
+    if entries:
+        def register(states: dict[str, SessionState]) -> None:
+            owner, root = states[session_id], states[root_session_id]
+            owner.pending.update(entries)
+            owner.status = "suspended_client_tool"
+            for tcid in entries:
+                root.ownership[tcid] = session_id
+
+        await ctx.store.update(
+            [session_id, root_session_id], register, attempts=OWNERSHIP_ATTEMPTS, conn=conn,
+            retry_event="client_tool.ownership_retry",
+            failed_event="client_tool.ownership_write_failed",
+        )
+    new_events: list[dict[str, Any]] = []
+    if response.text:
+        new_events.append(event("text", text=response.text, step=step))
+    new_events.extend(_start_events(plan, entries))
+    if entries:
+        new_events.append(
+            event("suspended", toolCallIds=list(entries), reason="client_tool")
+        )
+    await ctx.store.append_events(session_id, run_id, new_events, conn)
+    for entry in entries.values():
+        log_event(
+            "client_tool.suspended", sessionId=session_id, runId=run_id,
+            toolCallId=entry.tool_call_id, toolName=entry.tool_name, deadlineAt=entry.deadline_at,
+            kind=entry.kind,
+        )
+    return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    json.dumps(value)  # fail here, not in the checkpoint, on a non-JSON result
+    return value
+
+
+@DBOS.step(name=names.SERVER_TOOL_STEP)
+async def run_server_tool(agent_type: str, tool_name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    """Run a server tool; a tool's own failure is a failed tool result, not a failed turn."""
+    tool = current().registry.get(agent_type).tool(tool_name)
+    if tool is None or tool.function is None:
+        return {"ok": False, "error": f"Unknown server tool {tool_name!r}", "errorCode": "tool_execution_failed"}
+    try:
+        args = tool.input_model.model_validate(tool_input)
+        value = tool.function(args)
+        if inspect.isawaitable(value):
+            value = await value
+        return {"ok": True, "result": _jsonable(value)}
+    except ValidationError as exc:
+        return {"ok": False, "error": f"Invalid arguments: {exc.errors(include_url=False)}",
+                "errorCode": "validation_failed"}
+    except Exception as exc:  # noqa: BLE001 - the model reads the failure and may recover
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "errorCode": "tool_execution_failed"}
+
+
+# -- parking and draining -------------------------------------------------------------------
+
+
+@DBOS.step(name="helix.turn.collect_answers")
+async def collect_answers(session_id: str, run_id: str, tool_call_ids: list[str]) -> dict[str, Any]:
+    """Read the stored answers of a batch (and whether a new message abandons the rest)."""
+    state = await current().store.get(session_id)
+    stash = state.metadata.get("entryInput")
+    abandon = bool(stash and stash.get("abandonPending"))
+    answers: dict[str, Any] = {}
+    for tcid in tool_call_ids:
+        entry = state.pending.get(tcid)
+        answers[tcid] = entry.dump() if entry is not None and entry.run_id == run_id else None
+    return {"answers": answers, "abandon": abandon}
+
+
+def tool_result_message(result: dict[str, Any]) -> Message:
+    """The tool message the model reads for one call's outcome."""
+    if result.get("ok"):
+        value = result.get("result")
+        return Message(
+            role="tool", tool_call_id=result["toolCallId"], tool_name=result["toolName"],
+            content=json.dumps(value), result=value,
+        )
+    code = result.get("errorCode")
+    text = result.get("error") or humanize_client_tool_error(code or "", result["toolName"])
+    return Message(
+        role="tool", tool_call_id=result["toolCallId"], tool_name=result["toolName"],
+        content=text, is_error=True, error_code=code,
+    )
+
+
+async def commit_results(
+    session_id: str, root_session_id: str, run_id: str, next_run: str,
+    results: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Append one tool result per call in the model's order, and settle the suspending calls.
+
+    In one transaction: the results (then a stashed new message, if one waits), the pending
+    and ownership entries cleared, tombstones written on the root, wait and outcome metrics,
+    ``tool_end`` events, and the session moved to the continuation run.
+    """
+    return await _transaction(
+        names.COMMIT_RESULTS_STEP, _commit_results, session_id, root_session_id, run_id,
+        next_run, results,
+    )
+
+
+async def _commit_results(
+    session_id: str, root_session_id: str, run_id: str, next_run: str,
+    results: list[dict[str, Any]],
+) -> dict[str, Any]:
+    ctx = current()
+    conn = await _conn()
+    at = now_ms()
+    suspended = [r for r in results if r.get("suspended")]
+    ids = [r["toolCallId"] for r in suspended]
+
+    def settle(states: dict[str, SessionState]) -> dict[str, Any] | None:
+        owner, root = states[session_id], states[root_session_id]
+        for r in suspended:
+            tcid = r["toolCallId"]
+            entry = owner.pending.pop(tcid, None)
+            root.ownership.pop(tcid, None)
+            root.completed[tcid] = Tombstone(
+                completed_at=at, outcome=r["outcome"], run_id=run_id,
+                owner_session_id=session_id,
+                retention_ms=entry.completed_retention_ms if entry else 0,
+            )
+        _reap_tombstones(root, at, keep=set(ids))
+        stash = owner.metadata.pop("entryInput", None)
+        owner.status = "running"
+        owner.run_id = next_run
+        return stash
+
+    stash: dict[str, Any] | None = None
+    if suspended:
+        _, stash = await ctx.store.update(
+            [session_id, root_session_id], settle, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn,
+            retry_event="client_tool.clear_pending_retry",
+            failed_event="client_tool.clear_failed_exhausted",
+        )
+    new_messages = [tool_result_message(r) for r in results]
+    if stash and stash.get("message"):
+        new_messages.append(Message(role="user", content=stash["message"]))
+    await ctx.store.append_messages(session_id, run_id, new_messages, conn)
+    usage_rows: list[dict[str, Any]] = []
+    for r in suspended:
+        common = {"session_id": session_id, "run_id": run_id, "tool_call_id": r["toolCallId"],
+                  "tool_name": r["toolName"], "at_ms": at}
+        usage_rows.append(metrics.wait_row(wait_ms=r.get("waitMs", 0), **common))
+        if r["outcome"] == "timeout":
+            usage_rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
+            log_event("client_tool.timeout", sessionId=session_id, runId=run_id,
+                      toolCallId=r["toolCallId"], toolName=r["toolName"],
+                      deadlineAt=r.get("deadlineAt"))
+    await ctx.store.record_usage(usage_rows, conn)
+    end_events = []
+    for r in results:
+        data: dict[str, Any] = {"toolCallId": r["toolCallId"], "toolName": r["toolName"]}
+        if r.get("ok"):
+            data["output"] = r.get("result")
+        else:
+            data["error"] = r.get("errorCode") or "tool_error"
+            data["errorText"] = tool_result_message(r).content
+        end_events.append(event("tool_end", **data))
+    if stash and stash.get("message"):
+        end_events.append(event("user_message", text=stash["message"]))
+    await ctx.store.append_events(session_id, run_id, end_events, conn)
+    return {"stashedMessage": bool(stash and stash.get("message")), "at": at}
+
+
+def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
+    # Markers are reaped on the next marker write; retention 0 means "reap at the next write".
+    for tcid in [k for k, t in root.completed.items()
+                 if k not in keep and t.completed_at + t.retention_ms <= at]:
+        del root.completed[tcid]
+
+
+# -- the end of a turn ----------------------------------------------------------------------
+
+
+async def finish_turn(
+    session_id: str, run_id: str, outcome: str, text: str, error: dict[str, Any] | None,
+    summary: dict[str, Any],
+) -> None:
+    """Record the turn's end: status, error, the ``turn_end`` event and the summary line."""
+    await _transaction(names.FINISH_STEP, _finish_turn, session_id, run_id, outcome, text, error, summary)
+
+
+async def _finish_turn(
+    session_id: str, run_id: str, outcome: str, text: str, error: dict[str, Any] | None,
+    summary: dict[str, Any],
+) -> None:
+    ctx = current()
+    conn = await _conn()
+
+    def end(states: dict[str, SessionState]) -> None:
+        state = states[session_id]
+        state.status = "completed" if outcome == "completed" else "failed"
+        state.error = error
+        state.metadata.pop("entryInput", None)
+
+    await ctx.store.update([session_id], end, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn)
+    await ctx.store.append_events(
+        session_id, run_id,
+        [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],
+        conn,
+    )
+    log_event("turn.summary", sessionId=session_id, runId=run_id, outcome=outcome, **summary)
+
+
+def parse_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
+    """Tool calls from their JSON form."""
+    return [ToolCall.model_validate(c) for c in calls]

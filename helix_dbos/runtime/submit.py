@@ -1,0 +1,256 @@
+"""Submitting a client tool's result (or an approval decision) to a parked turn.
+
+The order is the seed's: check the size before anything is read; route through the root's
+ownership map to the owning session; fence on the call's run; validate against the tool's
+schema; store the answer durably on the pending entry (compare-and-swap); then
+``DBOS.send_async`` to the owner's workflow with an idempotency key made from the run and the
+call. The answer says what the stored result caused (its continuation).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dbos import DBOS
+from pydantic import ValidationError
+
+from ..core.session import (
+    Continuation,
+    PendingCall,
+    SessionState,
+    SubmitAnswer,
+    args_digest,
+    batch_of,
+    is_batch_ready_at_last_submit,
+)
+from ..errors import (
+    ApprovalMismatchError,
+    InvalidResultError,
+    PayloadTooLargeError,
+    RequestValidationError,
+    RunSupersededError,
+)
+from ..observability.log import log_event
+from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
+from . import names
+from .context import RuntimeContext
+
+__all__ = ["MISSING", "Submission", "measure_result_bytes", "submit"]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""Marks an absent ``result`` (``None`` is a valid result)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submit, as the Python API and the HTTP route receive it."""
+
+    session_id: str
+    tool_call_id: str
+    kind: Literal["client-tool-result", "approval-response"] = "client-tool-result"
+    result: Any = MISSING
+    error: str | None = None
+    approval_id: str | None = None
+    approved: bool | None = None
+    reason: str | None = None
+    edited_input: dict[str, Any] | None = None
+    shown_input: dict[str, Any] | None = None
+    """For approvals: the arguments the human saw; must match the call's digest."""
+
+
+def measure_result_bytes(result: Any) -> int:
+    """The UTF-8 byte length of the result's compact JSON (the submit size limit's measure)."""
+    return len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _unknown(tool_call_id: str, reason: str | None = None) -> SubmitAnswer:
+    return SubmitAnswer(status="unknown_tool_call", reason=reason, tool_call_id=tool_call_id)
+
+
+def _continuation(owner: SessionState, run_id: str) -> Continuation:
+    batch = batch_of(owner.pending, run_id)
+    if not batch:
+        return Continuation(kind="consumed")
+    if is_batch_ready_at_last_submit(batch):
+        return Continuation(kind="new_run", run_id=names.next_run_id(run_id))
+    return Continuation(kind="awaiting_batch")
+
+
+def _check(sub: Submission, ctx: RuntimeContext) -> None:
+    """Shape and size checks that need no read (nothing is read or stored before them)."""
+    if sub.kind == "client-tool-result":
+        if (sub.result is MISSING) == (sub.error is None):
+            raise RequestValidationError(
+                "The submit is not a valid client-tool answer or approval",
+                cause="result_or_error",
+            )
+        if sub.error is None:
+            limit = ctx.settings.max_result_bytes
+            size = measure_result_bytes(sub.result)
+            if size > limit:
+                log_event("submit_tool_result.result_too_large", sessionId=sub.session_id,
+                          toolCallId=sub.tool_call_id, sizeBytes=size, limitBytes=limit)
+                raise PayloadTooLargeError("tool_result", limit, size)
+    elif sub.approval_id is None or sub.approved is None:
+        raise RequestValidationError(
+            "The submit is not a valid client-tool answer or approval", cause="approval_fields"
+        )
+
+
+def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_input_model: Any,
+              output_model: Any) -> dict[str, Any]:
+    """Validate the answer against the call and build what is stored on the entry."""
+    if sub.kind == "client-tool-result":
+        if entry.kind != "client":
+            raise RequestValidationError(
+                "This call awaits an approval-response, not a client-tool-result",
+                toolCallId=sub.tool_call_id,
+            )
+        if sub.error is not None:
+            return {"error": _scrub(ctx, sub.error)}
+        if output_model is not None:
+            try:
+                output_model.model_validate(sub.result)
+            except ValidationError as exc:
+                log_event("client_tool.validation_failed", sessionId=sub.session_id,
+                          toolCallId=sub.tool_call_id, toolName=entry.tool_name)
+                raise InvalidResultError(entry.tool_name, sub.tool_call_id,
+                                         exc.errors(include_url=False)) from None
+        return {"result": sub.result}
+    if entry.kind != "approval":
+        raise RequestValidationError(
+            "This call awaits a client-tool-result, not an approval-response",
+            toolCallId=sub.tool_call_id,
+        )
+    if sub.approval_id != entry.approval_id:
+        raise ApprovalMismatchError(
+            "The approvalId does not match the pending approval", toolCallId=sub.tool_call_id
+        )
+    if sub.shown_input is not None and args_digest(entry.tool_name, sub.shown_input) != entry.args_digest:
+        raise ApprovalMismatchError(
+            "The approval was given for other arguments than the call's", toolCallId=sub.tool_call_id
+        )
+    decision: dict[str, Any] = {"approved": bool(sub.approved)}
+    if sub.reason is not None:
+        decision["reason"] = _scrub(ctx, sub.reason)
+    if sub.edited_input is not None:
+        if not sub.approved:
+            raise RequestValidationError("Edited arguments come with an approval, not a denial")
+        try:
+            tool_input_model.model_validate(sub.edited_input)
+        except ValidationError as exc:
+            raise InvalidResultError(entry.tool_name, sub.tool_call_id,
+                                     exc.errors(include_url=False)) from None
+        decision["editedInput"] = sub.edited_input
+    return decision
+
+
+def _scrub(ctx: RuntimeContext, text: str) -> str:
+    scrubber = ctx.scrubber
+    return scrubber(text) if callable(scrubber) else text
+
+
+async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
+    """Store one answer and wake the owning turn; see the module docstring for the order."""
+    _check(sub, ctx)
+    store = ctx.store
+    tcid = sub.tool_call_id
+    root = await store.load(sub.session_id)
+    if root is None:
+        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
+                  reason="root_state_not_found")
+        return _unknown(tcid)
+    tombstone = root.completed.get(tcid)
+    if tombstone is not None:
+        if tombstone.outcome == "stopped":
+            return _unknown(tcid, "run_stopped")
+        if tombstone.outcome == "timeout":
+            return _unknown(tcid, "deadline_lapsed")
+        return SubmitAnswer(status="already_completed", continuation=Continuation(kind="consumed"),
+                            tool_call_id=tcid)
+    owner_id = root.ownership.get(tcid)
+    if owner_id is None:
+        reason = "ownership_missing_toolcall" if root.ownership else "ownership_map_absent"
+        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
+                  reason=reason)
+        return _unknown(tcid)
+    owner = root if owner_id == root.session_id else await store.load(owner_id)
+    entry = owner.pending.get(tcid) if owner is not None else None
+    if owner is None or entry is None:
+        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
+                  reason="ownership_missing_toolcall")
+        return _unknown(tcid)
+    if entry.submitted_at is not None:
+        return await _duplicate(owner, entry)
+    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name)
+    response = _response(sub, entry, ctx, tool.input_model if tool else None,
+                         tool.output_model if tool else None)
+
+    def store_answer(states: dict[str, SessionState]) -> tuple[str, SessionState]:
+        o = states[owner_id]
+        e = o.pending.get(tcid)
+        if e is None:
+            raise NoChange(("gone", o))
+        if e.run_id != entry.run_id or (o.run_id is not None and o.run_id != e.run_id):
+            raise NoChange(("superseded", o))
+        if e.submitted_at is not None:
+            raise NoChange(("duplicate", o))
+        at = now_ms()
+        if e.lapsed_by(at):
+            raise NoChange(("lapsed", o))
+        e.submitted_at = at
+        e.response = response
+        return "accepted", o
+
+    _, (outcome, owner_after) = await store.update(
+        [owner_id], store_answer, attempts=PENDING_CLEAR_ATTEMPTS,
+    )
+    if outcome == "gone":
+        return await submit(ctx, sub) if owner_id else _unknown(tcid)
+    if outcome == "superseded":
+        raise RunSupersededError(
+            "The call's run was superseded by another entry; nothing was written",
+            toolCallId=tcid, runId=entry.run_id,
+        )
+    if outcome == "lapsed":
+        return _unknown(tcid, "deadline_lapsed")
+    if outcome == "duplicate":
+        return await _duplicate(owner_after, owner_after.pending[tcid])
+    log_event("client_tool.submitted", sessionId=sub.session_id, ownerSessionId=owner_id,
+              runId=entry.run_id, toolCallId=tcid, toolName=entry.tool_name,
+              hasError="error" in response, kind=entry.kind)
+    await _wake(owner_after, entry)
+    return SubmitAnswer(status="accepted", continuation=_continuation(owner_after, entry.run_id),
+                        tool_call_id=tcid)
+
+
+async def _duplicate(owner: SessionState, entry: PendingCall) -> SubmitAnswer:
+    """A re-send of a stored, not yet drained answer: never replace it; re-wake (idempotent)."""
+    await _wake(owner, entry)
+    return SubmitAnswer(status="already_completed",
+                        continuation=_continuation(owner, entry.run_id),
+                        tool_call_id=entry.tool_call_id)
+
+
+async def _wake(owner: SessionState, entry: PendingCall) -> None:
+    """Send the wake-up; the same key always, so DBOS delivers it at most once."""
+    if owner.workflow_id is None:
+        return
+    try:
+        await DBOS.send_async(
+            owner.workflow_id,
+            {"kind": "answer", "toolCallId": entry.tool_call_id},
+            topic=names.tool_result_topic(entry.tool_call_id),
+            idempotency_key=names.submit_idempotency_key(entry.run_id, entry.tool_call_id),
+        )
+    except Exception as exc:  # noqa: BLE001 - the answer is stored; the deadline drain reads it
+        log_event("client_tool.send_event_failed", sessionId=owner.session_id,
+                  runId=entry.run_id, toolCallId=entry.tool_call_id, error=str(exc))

@@ -1,0 +1,216 @@
+"""The turn workflow: model step, tools, park on client calls, commit results, repeat.
+
+Replay and crash behaviour, at each await:
+
+* ``call_model``: recorded; a replay returns the recorded response, the provider is not called.
+* ``commit_model`` / ``commit_results`` / ``finish_turn``: datasource transactions; their
+  session writes commit with their checkpoint, so a replay never writes twice.
+* ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
+  a restart re-arms with the remaining time; an answer sent while the process was down is
+  buffered and consumed at once.
+* ``run_server_tool``: recorded; an approved tool runs once.
+* child workflows (sub-agents) have deterministic ids, so a replay re-attaches to the child.
+
+The body holds no clock reads that change control flow, no I/O and no randomness.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID
+from pydantic import ValidationError
+
+from ..core.agents import Agent
+from ..core.llm import LLMResponse
+from ..core.messages import ToolCall
+from ..errors import HelixError
+from . import names, steps
+from .context import current
+from .entry import start_child_session
+
+__all__ = ["run_turn"]
+
+
+@DBOS.workflow(name=names.TURN_WORKFLOW)
+async def run_turn(session_id: str, turn_id: str, agent_type: str, root_session_id: str) -> dict[str, Any]:
+    """Run one turn of ``session_id`` (its entry message is already committed)."""
+    return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
+
+
+class _Turn:
+    def __init__(self, session_id: str, turn_id: str, agent_type: str, root_session_id: str) -> None:
+        self.session_id = session_id
+        self.root_session_id = root_session_id
+        self.agent_type = agent_type
+        self.agent: Agent = current().registry.get(agent_type)
+        self.run_id = turn_id
+        self.summary: dict[str, Any] = {
+            "steps": 0, "clientCalls": 0, "waitMs": 0, "inputTokens": 0, "outputTokens": 0,
+        }
+
+    async def run(self) -> dict[str, Any]:
+        try:
+            for step in range(self.agent.max_steps):
+                outcome = await self._step(step)
+                if outcome is not None:
+                    return outcome
+            return await self._finish(
+                "failed", "", {"code": "max_steps_exceeded",
+                               "message": f"The turn used all {self.agent.max_steps} model steps"},
+            )
+        except HelixError as exc:
+            return await self._finish("failed", "", {"code": exc.code, "message": exc.message,
+                                                     "retryable": exc.retryable})
+
+    async def _step(self, step: int) -> dict[str, Any] | None:
+        model = await steps.call_model(self.session_id, self.run_id, self.agent_type, step)
+        response = LLMResponse.model_validate(model["response"])
+        self.summary["steps"] += 1
+        self.summary["inputTokens"] += response.usage.input_tokens
+        self.summary["outputTokens"] += response.usage.output_tokens
+        plan = self._plan(response.tool_calls)
+        committed = await steps.commit_model(
+            self.session_id, self.root_session_id, self.run_id, step, model, plan,
+            int(self.agent.completed_tombstone_retention * 1000),
+        )
+        if not response.tool_calls:
+            return await self._finish("completed", response.text, None)
+
+        results: dict[str, dict[str, Any]] = {}
+        for item in plan:
+            if item["kind"] == "invalid":
+                results[item["toolCallId"]] = {**_ids(item), "ok": False, "error": item["error"],
+                                               "errorCode": "validation_failed"}
+            elif item["kind"] == "server":
+                results[item["toolCallId"]] = {**_ids(item), **await steps.run_server_tool(
+                    self.agent_type, item["toolName"], item["input"])}
+            elif item["kind"] == "subagent":
+                results[item["toolCallId"]] = {**_ids(item), **await self._run_child(item)}
+        suspending = [i for i in plan if i["kind"] in ("client", "approval")]
+        if suspending:
+            self.summary["clientCalls"] += len(suspending)
+            await self._park(suspending, committed["deadlines"])
+            collected = await steps.collect_answers(
+                self.session_id, self.run_id, [i["toolCallId"] for i in suspending]
+            )
+            for item in suspending:
+                results[item["toolCallId"]] = await self._resolve(item, collected)
+        next_run = names.next_run_id(self.run_id) if suspending else self.run_id
+        ordered = [results[item["toolCallId"]] for item in plan]
+        await steps.commit_results(
+            self.session_id, self.root_session_id, self.run_id, next_run, ordered
+        )
+        self.run_id = next_run
+        for item, result in zip(plan, ordered, strict=True):
+            tool = self.agent.tool(item["toolName"])
+            if tool is not None and tool.finish_with and result.get("ok"):
+                return await self._finish("completed", "", None, output=result.get("result"))
+        return None
+
+    def _plan(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
+        """Classify each call: server, client, approval, subagent, or invalid (never runs)."""
+        plan: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            item: dict[str, Any] = {"toolCallId": call.id, "toolName": call.name,
+                                    "input": call.input, "index": index}
+            tool = self.agent.tool(call.name)
+            if tool is None:
+                item.update(kind="invalid", error=f"Unknown tool {call.name!r}")
+            else:
+                try:
+                    tool.input_model.model_validate(call.input)
+                except ValidationError as exc:
+                    item.update(kind="invalid",
+                                error=f"Invalid arguments for {call.name!r}: "
+                                      f"{exc.errors(include_url=False, include_context=False)}")
+                else:
+                    if tool.execution == "subagent":
+                        item.update(kind="subagent", subagent=tool.subagent)
+                    elif tool.execution == "client":
+                        item.update(kind="client", timeoutSeconds=self.agent.deadline_seconds(tool))
+                    elif tool.require_approval:
+                        item.update(kind="approval", timeoutSeconds=self.agent.deadline_seconds(tool))
+                    else:
+                        item.update(kind="server")
+            plan.append(item)
+        return plan
+
+    async def _park(self, suspending: list[dict[str, Any]], deadlines: dict[str, int]) -> None:
+        """Wait until every call has an answer or its deadline has lapsed (or a new message)."""
+        ctx = current()
+        workflow_id = DBOS.workflow_id or ""
+        ctx.parked.add(workflow_id)
+        try:
+            for item in suspending:
+                # The clock only sizes the wait; DBOS records the absolute wake time.
+                remaining = deadlines[item["toolCallId"]] / 1000 - time.time()
+                message = await DBOS.recv_async(
+                    names.tool_result_topic(item["toolCallId"]), timeout_seconds=max(0.0, remaining)
+                )
+                if isinstance(message, dict) and message.get("kind") == "abandon":
+                    break
+        finally:
+            ctx.parked.discard(workflow_id)
+
+    async def _resolve(self, item: dict[str, Any], collected: dict[str, Any]) -> dict[str, Any]:
+        """Turn one suspending call's stored answer (or its absence) into its result."""
+        base = {**_ids(item), "suspended": True}
+        entry = collected["answers"].get(item["toolCallId"])
+        if entry is None:
+            return {**base, "ok": False, "errorCode": "not_executed", "outcome": "not_executed"}
+        base["deadlineAt"] = entry["deadlineAt"]
+        submitted = entry.get("submittedAt")
+        if submitted is None:
+            outcome = "abandoned" if collected["abandon"] else "timeout"
+            wait = (entry["deadlineAt"] if outcome == "timeout" else submitted or entry["deadlineAt"])
+            self.summary["waitMs"] += wait - entry["registeredAt"]
+            return {**base, "ok": False, "outcome": outcome,
+                    "errorCode": "client_tool_abandoned" if outcome == "abandoned" else "client_tool_timeout",
+                    "waitMs": wait - entry["registeredAt"]}
+        wait_ms = submitted - entry["registeredAt"]
+        self.summary["waitMs"] += wait_ms
+        base.update(outcome="answered", waitMs=wait_ms)
+        response = entry.get("response") or {}
+        if entry["kind"] == "client":
+            if "error" in response:
+                return {**base, "ok": False, "error": response["error"], "errorCode": None}
+            return {**base, "ok": True, "result": response.get("result")}
+        if not response.get("approved"):
+            reason = response.get("reason")
+            text = "A human denied this call." + (f" Reason: {reason}" if reason else "")
+            return {**base, "ok": False, "error": text, "errorCode": "approval_denied"}
+        tool_input = response.get("editedInput") or entry["input"]
+        return {**base, **await steps.run_server_tool(self.agent_type, item["toolName"], tool_input)}
+
+    async def _run_child(self, item: dict[str, Any]) -> dict[str, Any]:
+        """Run a sub-agent as a child workflow with its own session; its reply is the result."""
+        child_agent = item["subagent"]
+        child_session = names.child_session_id(self.session_id, item["toolCallId"])
+        child_turn = f"run_{item['toolCallId']}"
+        await start_child_session(
+            child_session, child_turn, child_agent, self.root_session_id, self.session_id,
+            str(item["input"].get("message", "")),
+        )
+        with SetWorkflowID(names.turn_workflow_id(child_session, child_turn)):
+            handle = await DBOS.start_workflow_async(
+                run_turn, child_session, child_turn, child_agent, self.root_session_id
+            )
+        outcome: dict[str, Any] = await handle.get_result()
+        if outcome.get("outcome") == "completed":
+            return {"ok": True, "result": {"text": outcome.get("text", ""),
+                                           "output": outcome.get("output")}}
+        error = outcome.get("error") or {}
+        return {"ok": False, "error": f"The sub-agent failed: {error.get('message', '')}",
+                "errorCode": error.get("code", "tool_execution_failed")}
+
+    async def _finish(self, outcome: str, text: str, error: dict[str, Any] | None,
+                      output: Any = None) -> dict[str, Any]:
+        await steps.finish_turn(self.session_id, self.run_id, outcome, text, error, self.summary)
+        return {"outcome": outcome, "text": text, "output": output, "error": error,
+                "runId": self.run_id}
+
+
+def _ids(item: dict[str, Any]) -> dict[str, Any]:
+    return {"toolCallId": item["toolCallId"], "toolName": item["toolName"]}
