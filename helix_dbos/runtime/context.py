@@ -7,7 +7,7 @@ workflow code finds the agent registry, the store and the datasource here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
@@ -30,6 +30,12 @@ class RuntimeContext:
     scrubber: object | None = None
     parked: set[str] = field(default_factory=set)
     """Workflow ids whose coroutine is parked in ``recv`` right now (for interrupt checks)."""
+
+    def tx_options(self, name: str) -> Any:
+        """Datasource step options: READ COMMITTED on Postgres (our writes are CAS on versions);
+        SQLite serializes writers anyway and only knows SERIALIZABLE."""
+        level = "SERIALIZABLE" if self.settings.urls.is_sqlite else "READ COMMITTED"
+        return {"name": name, "isolation_level": level}
 
 
 _context: RuntimeContext | None = None

@@ -113,5 +113,5 @@ async def start_child_session(
             parent_session_id=parent_session_id,
         )
 
-    options: Any = {"name": START_CHILD_STEP, "isolation_level": "READ COMMITTED"}
-    await current().datasource.run_tx_step_async(options, body)
+    ctx = current()
+    await ctx.datasource.run_tx_step_async(ctx.tx_options(START_CHILD_STEP), body)

@@ -40,14 +40,10 @@ __all__ = [
 
 R = TypeVar("R")
 
-_TX = {"isolation_level": "READ COMMITTED"}
-
-
 async def _transaction(name: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
     """Run ``fn`` as a datasource transaction step named ``name``."""
-    ds = current().datasource
-    options: Any = {**_TX, "name": name}
-    return await ds.run_tx_step_async(options, fn, *args)
+    ctx = current()
+    return await ctx.datasource.run_tx_step_async(ctx.tx_options(name), fn, *args)
 
 
 async def _conn() -> AsyncConnection:

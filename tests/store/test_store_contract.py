@@ -62,15 +62,21 @@ async def test_duplicate_session_id_is_refused(store: SessionStore) -> None:
         await store.create_session(session("s1"))
 
 
-async def test_empty_tombstones_are_stored_as_null(store: SessionStore) -> None:
-    """No completed markers is NULL in the column (the 0004 default for old rows)."""
+async def test_absent_json_is_sql_null(store: SessionStore) -> None:
+    """No tombstones and no error are SQL NULL (as in rows older than 0004), not JSON null."""
     await store.create_session(session("s1"))
     async with store.engine.connect() as conn:
-        raw = (
-            await conn.execute(sa.text("SELECT completed_client_tool_calls FROM __agents_states"))
-        ).scalar_one()
-    assert raw is None
-    assert (await store.get("s1")).completed == {}
+        row = (
+            await conn.execute(
+                sa.text(
+                    "SELECT completed_client_tool_calls IS NULL, error IS NULL,"
+                    " latest_checkpoint_id IS NULL FROM __agents_states"
+                )
+            )
+        ).one()
+    assert tuple(map(bool, row)) == (True, True, True)
+    state = await store.get("s1")
+    assert (state.completed, state.error) == ({}, None)
 
 
 async def test_save_is_compare_and_swap(store: SessionStore) -> None:
