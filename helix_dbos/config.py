@@ -25,6 +25,7 @@ Variable                       Meaning (default)
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,7 +33,13 @@ from pathlib import Path
 from . import __version__
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "DatabaseUrls", "HelixSettings", "parse_database_url"]
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "DatabaseUrls",
+    "HelixSettings",
+    "parse_database_url",
+    "redact_url",
+]
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
 DEFAULT_SQLITE_URL = "sqlite:///helix.sqlite"
@@ -59,6 +66,14 @@ class DatabaseUrls:
         return self.dialect == "sqlite"
 
 
+_PASSWORD = re.compile(r"(?<=:)[^:@/]*(?=@)")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, for messages and logs."""
+    return _PASSWORD.sub("***", url)
+
+
 def parse_database_url(url: str) -> DatabaseUrls:
     """Accept the forms users paste and map them to our drivers.
 
@@ -70,17 +85,17 @@ def parse_database_url(url: str) -> DatabaseUrls:
     url = url.strip()
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ConfigError(f"Not a database URL: {url!r} (expected postgresql://... or sqlite:///...)")
+        raise ConfigError(f"Not a database URL: {redact_url(url)!r} (expected postgresql://... or sqlite:///...)")
     scheme = scheme.lower()
     if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
         if "/" not in rest or not rest.split("/", 1)[1].split("?")[0]:
-            raise ConfigError(f"The Postgres URL names no database: {url!r}")
+            raise ConfigError(f"The Postgres URL names no database: {redact_url(url)!r}")
         base = f"postgresql://{rest}"
         driver = f"postgresql+psycopg://{rest}"
         return DatabaseUrls(base, driver, driver, base, "postgresql")
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         if not rest.startswith("/") or rest == "/":
-            raise ConfigError(f"A SQLite URL is sqlite:///relative/path or sqlite:////abs: {url!r}")
+            raise ConfigError(f"A SQLite URL is sqlite:///relative/path or sqlite:////abs: {redact_url(url)!r}")
         path = rest[1:]
         if path == ":memory:":
             raise ConfigError("An in-memory SQLite database cannot be shared with DBOS")

@@ -5,11 +5,13 @@ Needs the optional extra: ``pip install 'helix-dbos[anthropic]'``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
@@ -71,8 +73,15 @@ class AnthropicLLM:
         self.name = f"anthropic:{model}"
         self.model = model
         self.max_tokens = max_tokens
+        # One SDK client per event loop: the SDK's connection pool is bound to the loop that
+        # opened it, and an adapter outlives loops (tests, worker threads, restarts).
+        self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncAnthropic] = (
+            WeakKeyDictionary()
+        )
         if client is not None:
-            self._client = client.with_options(max_retries=0)
+            # An injected client keeps its own pool; only its retries are turned off.
+            fixed = client.with_options(max_retries=0)
+            self._new_client: Callable[[], AsyncAnthropic] = lambda: fixed
             return
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
@@ -83,9 +92,16 @@ class AnthropicLLM:
                 )
             # A proxy may authenticate on its own terms, but the SDK insists on a key.
             key = "not-needed"
-        self._client = anthropic.AsyncAnthropic(
+        self._new_client = lambda: anthropic.AsyncAnthropic(
             api_key=key, base_url=url, timeout=timeout, max_retries=0
         )
+
+    def _client(self) -> AsyncAnthropic:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._new_client()
+        return client
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Run one streamed Messages call.
@@ -113,7 +129,7 @@ class AnthropicLLM:
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
         try:
-            stream = await self._client.messages.create(**params)
+            stream = await self._client().messages.create(**params)
         except Exception as exc:
             mapped = _map_error(exc)
             if mapped is None:

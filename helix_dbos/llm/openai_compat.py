@@ -7,13 +7,15 @@ behind a proxy ...) through ``base_url``. Needs the optional extra:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
@@ -85,8 +87,15 @@ class OpenAICompatibleLLM:
         self.name = f"openai:{model}"
         self.model = model
         self.max_tokens = max_tokens
+        # One SDK client per event loop: the SDK's connection pool is bound to the loop that
+        # opened it, and an adapter outlives loops (tests, worker threads, restarts).
+        self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
+            WeakKeyDictionary()
+        )
         if client is not None:
-            self._client = client.with_options(max_retries=0)
+            # An injected client keeps its own pool; only its retries are turned off.
+            fixed = client.with_options(max_retries=0)
+            self._new_client: Callable[[], AsyncOpenAI] = lambda: fixed
             return
         key = api_key or os.environ.get("OPENAI_API_KEY")
         url = base_url or os.environ.get("OPENAI_BASE_URL") or None
@@ -97,7 +106,16 @@ class OpenAICompatibleLLM:
                 )
             # Local compatible servers usually ignore the key, but the SDK insists on one.
             key = "not-needed"
-        self._client = openai.AsyncOpenAI(api_key=key, base_url=url, timeout=timeout, max_retries=0)
+        self._new_client = lambda: openai.AsyncOpenAI(
+            api_key=key, base_url=url, timeout=timeout, max_retries=0
+        )
+
+    def _client(self) -> AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._new_client()
+        return client
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Run one streamed Chat Completions call.
@@ -124,7 +142,7 @@ class OpenAICompatibleLLM:
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
         try:
-            stream = await self._client.chat.completions.create(**params)
+            stream = await self._client().chat.completions.create(**params)
         except Exception as exc:
             mapped = _map_error(exc)
             if mapped is None:
@@ -231,7 +249,7 @@ class _StreamAssembler:
                 cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
             )
         text = ""
-        for choice in chunk.choices:
+        for choice in chunk.choices or []:
             # One completion is requested; other indexes would be a server bug, not an answer.
             if choice.index != 0:
                 continue

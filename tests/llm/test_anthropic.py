@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -399,3 +400,12 @@ def test_missing_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY"):
         AnthropicLLM("claude-x")
+
+
+def test_one_adapter_serves_successive_event_loops(server: FakeServer) -> None:
+    # The SDK's pooled connections belong to the loop that opened them; an adapter defined
+    # once (at import time, say) must still work from the next loop.
+    llm = make_llm(server)
+    for word in ("one", "two"):
+        server.enqueue(anthropic_text(word))
+        assert asyncio.run(llm.complete(ask())).text == word

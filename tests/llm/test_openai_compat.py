@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -405,3 +406,12 @@ def test_missing_key_is_a_config_error_unless_a_base_url_is_set(
         OpenAICompatibleLLM("gpt-4o-mini")
     local = OpenAICompatibleLLM("llama3.1", base_url="http://127.0.0.1:1/v1")
     assert local.name == "openai:llama3.1"
+
+
+def test_one_adapter_serves_successive_event_loops(server: FakeServer) -> None:
+    # The SDK's pooled connections belong to the loop that opened them; an adapter defined
+    # once (at import time, say) must still work from the next loop.
+    llm = make_llm(server)
+    for word in ("one", "two"):
+        server.enqueue(openai_text(word))
+        assert asyncio.run(llm.complete(ask())).text == word
