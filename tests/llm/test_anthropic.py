@@ -8,7 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_servers import (
+
+from helix_dbos.core.llm import LLMRequest, ToolSchema
+from helix_dbos.core.messages import Message, ToolCall
+from helix_dbos.errors import ConfigError, ProviderError
+from helix_dbos.llm.anthropic import AnthropicLLM
+
+from .fake_servers import (
     FakeServer,
     Reply,
     anthropic_error,
@@ -17,11 +23,6 @@ from fake_servers import (
     anthropic_tool_use,
     sse,
 )
-
-from helix_dbos.core.llm import LLMRequest, ToolSchema
-from helix_dbos.core.messages import Message, ToolCall
-from helix_dbos.errors import ConfigError, ProviderError
-from helix_dbos.llm.anthropic import AnthropicLLM
 
 WEATHER = ToolSchema(
     name="get_weather",

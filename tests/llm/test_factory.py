@@ -7,12 +7,13 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from fake_servers import FakeServer, anthropic_text, openai_text
 
 from helix_dbos.core.llm import LLM, LLMRequest
 from helix_dbos.core.messages import Message
 from helix_dbos.errors import ConfigError
 from helix_dbos.llm import AnthropicLLM, OpenAICompatibleLLM, ScriptedLLM, infer_llm
+
+from .fake_servers import FakeServer, anthropic_text, openai_text
 
 ENV = (
     "HELIX_LLM",

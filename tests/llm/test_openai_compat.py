@@ -10,7 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_servers import (
+
+from helix_dbos.core.llm import LLMRequest, ToolSchema
+from helix_dbos.core.messages import Message, ToolCall
+from helix_dbos.errors import ConfigError, ProviderError
+from helix_dbos.llm.openai_compat import OpenAICompatibleLLM
+
+from .fake_servers import (
     FakeServer,
     Reply,
     openai_chunk,
@@ -21,11 +27,6 @@ from fake_servers import (
     openai_usage,
     sse,
 )
-
-from helix_dbos.core.llm import LLMRequest, ToolSchema
-from helix_dbos.core.messages import Message, ToolCall
-from helix_dbos.errors import ConfigError, ProviderError
-from helix_dbos.llm.openai_compat import OpenAICompatibleLLM
 
 WEATHER = ToolSchema(
     name="get_weather",

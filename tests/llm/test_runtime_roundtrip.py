@@ -10,7 +10,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any
 
 import pytest
-from fake_servers import (
+from pydantic import BaseModel
+
+from helix_dbos.config import HelixSettings
+from helix_dbos.core.agents import Agent, define_agent
+from helix_dbos.core.llm import LLM
+from helix_dbos.core.tools import define_tool
+from helix_dbos.llm import AnthropicLLM, OpenAICompatibleLLM
+from helix_dbos.runtime import AgentRuntime
+
+from .fake_servers import (
     FakeServer,
     Recorded,
     Reply,
@@ -21,14 +30,6 @@ from fake_servers import (
     openai_text,
     openai_tool_calls,
 )
-from pydantic import BaseModel
-
-from helix_dbos.config import HelixSettings
-from helix_dbos.core.agents import Agent, define_agent
-from helix_dbos.core.llm import LLM
-from helix_dbos.core.tools import define_tool
-from helix_dbos.llm import AnthropicLLM, OpenAICompatibleLLM
-from helix_dbos.runtime import AgentRuntime
 
 MakeRuntime = Callable[[Iterable[Agent]], Awaitable[AgentRuntime]]
 
