@@ -85,7 +85,9 @@ def parse_database_url(url: str) -> DatabaseUrls:
     url = url.strip()
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ConfigError(f"Not a database URL: {redact_url(url)!r} (expected postgresql://... or sqlite:///...)")
+        raise ConfigError(
+            f"Not a database URL: {redact_url(url)!r} (expected postgresql://... or sqlite:///...)"
+        )
     scheme = scheme.lower()
     if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
         if "/" not in rest or not rest.split("/", 1)[1].split("?")[0]:
@@ -95,15 +97,22 @@ def parse_database_url(url: str) -> DatabaseUrls:
         return DatabaseUrls(base, driver, driver, base, "postgresql")
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         if not rest.startswith("/") or rest == "/":
-            raise ConfigError(f"A SQLite URL is sqlite:///relative/path or sqlite:////abs: {redact_url(url)!r}")
+            raise ConfigError(
+                f"A SQLite URL is sqlite:///relative/path or sqlite:////abs: {redact_url(url)!r}"
+            )
         path = rest[1:]
         if path == ":memory:":
             raise ConfigError("An in-memory SQLite database cannot be shared with DBOS")
         return DatabaseUrls(
-            f"sqlite:///{path}", f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}",
-            f"sqlite:///{path}", "sqlite",
+            f"sqlite:///{path}",
+            f"sqlite:///{path}",
+            f"sqlite+aiosqlite:///{path}",
+            f"sqlite:///{path}",
+            "sqlite",
         )
-    raise ConfigError(f"Unsupported database URL scheme {scheme!r}: use postgresql:// or sqlite:///")
+    raise ConfigError(
+        f"Unsupported database URL scheme {scheme!r}: use postgresql:// or sqlite:///"
+    )
 
 
 def _env_bool(value: str) -> bool:
@@ -130,7 +139,10 @@ class HelixSettings:
         parse_database_url(self.database_url)
         if self.max_result_bytes <= 0:
             raise ConfigError("max_result_bytes must be > 0")
-        if self.store_max_state_bytes is not None and self.max_result_bytes > self.store_max_state_bytes:
+        if (
+            self.store_max_state_bytes is not None
+            and self.max_result_bytes > self.store_max_state_bytes
+        ):
             # A result over the store's limit could never be stored: refuse the runtime.
             raise ConfigError(
                 f"max_result_bytes ({self.max_result_bytes}) is larger than the store's "
@@ -148,7 +160,9 @@ class HelixSettings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> HelixSettings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: object
+    ) -> HelixSettings:
         """Settings from ``HELIX_*`` variables; keyword overrides win."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {}

@@ -30,7 +30,6 @@ def imported_after(module: str) -> set[str]:
     [
         "helix_dbos.core",
         "helix_dbos.llm",
-        "helix_dbos",
         "helix_dbos.errors",
         "helix_dbos.config",
         "helix_dbos.observability.log",

@@ -17,6 +17,7 @@ EventType = Literal[
     "tool_approval_request",
     "suspended",
     "turn_end",
+    "user_message",
 ]
 
 

@@ -1,1 +1,36 @@
-"""helix_dbos.http."""
+"""The agent server over HTTP: a router to embed in any FastAPI app, and a standalone app.
+
+``create_router(runtime, authenticate=...)`` builds the routes; ``lifespan_for(runtime)``
+launches the runtime with the app; ``create_app()`` is the standalone server. See
+docs/http-api.md for the wire contract and docs/embedding.md for embedding.
+"""
+
+from .app import create_app, lifespan_for
+from .auth import (
+    AuthHook,
+    AuthResult,
+    SessionTokens,
+    TokenIssuer,
+    request_body,
+    request_session_id,
+    session_token_auth,
+)
+from .errors import error_response, install_error_handlers
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT
+from .router import create_router
+
+__all__ = [
+    "DEFAULT_SUBMIT_RATE_LIMIT",
+    "AuthHook",
+    "AuthResult",
+    "SessionTokens",
+    "TokenIssuer",
+    "create_app",
+    "create_router",
+    "error_response",
+    "install_error_handlers",
+    "lifespan_for",
+    "request_body",
+    "request_session_id",
+    "session_token_auth",
+]

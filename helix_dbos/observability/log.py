@@ -31,6 +31,7 @@ EVENT_LEVELS: dict[str, int] = {
     "client_tool.aborted": logging.WARNING,
     "client_tool.validation_failed": logging.WARNING,
     "client_tool.submit_unknown": logging.WARNING,
+    "client_tool.submit_late": logging.WARNING,
     "client_tool.ownership_write_failed": logging.ERROR,
     "client_tool.ownership_clear_failed": logging.ERROR,
     "client_tool.clear_failed_exhausted": logging.ERROR,

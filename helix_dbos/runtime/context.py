@@ -30,6 +30,17 @@ class RuntimeContext:
     scrubber: object | None = None
     parked: set[str] = field(default_factory=set)
     """Workflow ids whose coroutine is parked in ``recv`` right now (for interrupt checks)."""
+    messenger: Any = None
+    """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
+    a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""
+
+    def dbos(self) -> Any:
+        """DBOS, or this context's messenger: ``send_async`` and ``cancel_workflow_async``."""
+        if self.messenger is not None:
+            return self.messenger
+        from dbos import DBOS
+
+        return DBOS
 
     def tx_options(self, name: str) -> Any:
         """Datasource step options: READ COMMITTED on Postgres (our writes are CAS on versions);

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbos import DBOS
-
 from ..core.events import event
 from ..core.session import SessionState, Tombstone, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError
@@ -38,7 +36,9 @@ async def tree_of(ctx: RuntimeContext, session_id: str) -> list[SessionState]:
     return tree
 
 
-async def stop_tree(ctx: RuntimeContext, session_id: str, *, abort: bool, reason: str | None) -> SessionState:
+async def stop_tree(
+    ctx: RuntimeContext, session_id: str, *, abort: bool, reason: str | None
+) -> SessionState:
     """Interrupt (or abort) a session and every sub-agent below it.
 
     1. cancel each active turn's workflow; 2. wake every parked coroutine with a stop message;
@@ -52,19 +52,28 @@ async def stop_tree(ctx: RuntimeContext, session_id: str, *, abort: bool, reason
         return tree[0]
     for state in active:
         if state.workflow_id:
-            await DBOS.cancel_workflow_async(state.workflow_id)
+            await ctx.dbos().cancel_workflow_async(state.workflow_id)
     for state in active:
-        for entry in unanswered(list(state.pending.values())):
+        # Every awaited topic, answered or not: an answer whose own wake-up was lost still
+        # leaves the coroutine parked on its topic, and an extra message there is harmless.
+        for entry in state.pending.values():
             if state.workflow_id:
-                await DBOS.send_async(
-                    state.workflow_id, {"kind": "stop"},
+                await ctx.dbos().send_async(
+                    state.workflow_id,
+                    {"kind": "stop"},
                     topic=names.tool_result_topic(entry.tool_call_id),
-                    idempotency_key=names.control_idempotency_key(entry.run_id, entry.tool_call_id, "stop"),
+                    idempotency_key=names.control_idempotency_key(
+                        entry.run_id, entry.tool_call_id, "stop"
+                    ),
                 )
     at = now_ms()
     root_id = tree[0].root_session_id
     ids = [s.session_id for s in active]
-    error = {"code": "framework_cancelled", "message": reason or "The session was aborted"} if abort else None
+    error = (
+        {"code": "framework_cancelled", "message": reason or "The session was aborted"}
+        if abort
+        else None
+    )
     stopped: list[tuple[SessionState, Any]] = []
 
     def record(states: dict[str, SessionState]) -> None:
@@ -77,8 +86,11 @@ async def stop_tree(ctx: RuntimeContext, session_id: str, *, abort: bool, reason
                 stopped.append((s, entry))
                 root.ownership.pop(entry.tool_call_id, None)
                 root.completed[entry.tool_call_id] = Tombstone(
-                    completed_at=at, outcome="stopped", run_id=entry.run_id,
-                    owner_session_id=sid, retention_ms=entry.completed_retention_ms,
+                    completed_at=at,
+                    outcome="stopped",
+                    run_id=entry.run_id,
+                    owner_session_id=sid,
+                    retention_ms=entry.completed_retention_ms,
                 )
             s.pending.clear()
             s.metadata.pop("entryInput", None)
@@ -87,27 +99,54 @@ async def stop_tree(ctx: RuntimeContext, session_id: str, *, abort: bool, reason
 
     async with ctx.store.transaction() as conn:
         saved, _ = await ctx.store.update(
-            list(dict.fromkeys([root_id, *ids])), record, attempts=PENDING_CLEAR_ATTEMPTS,
-            conn=conn, retry_event="client_tool.clear_pending_retry",
+            list(dict.fromkeys([root_id, *ids])),
+            record,
+            attempts=PENDING_CLEAR_ATTEMPTS,
+            conn=conn,
+            retry_event="client_tool.clear_pending_retry",
             failed_event="client_tool.ownership_clear_failed",
         )
         rows: list[dict[str, Any]] = []
         for state, entry in stopped:
-            common = {"session_id": state.session_id, "run_id": entry.run_id,
-                      "tool_call_id": entry.tool_call_id, "tool_name": entry.tool_name, "at_ms": at}
+            common = {
+                "session_id": state.session_id,
+                "run_id": entry.run_id,
+                "tool_call_id": entry.tool_call_id,
+                "tool_name": entry.tool_name,
+                "at_ms": at,
+            }
             rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
             rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
         await ctx.store.record_usage(rows, conn)
         outcome = "failed" if abort else "interrupted"
         for sid in ids:
             await ctx.store.append_events(
-                sid, saved[sid].run_id,
-                [event("turn_end", outcome=outcome, **({"error": error} if error else {}))], conn,
+                sid,
+                saved[sid].run_id,
+                [event("turn_end", outcome=outcome, **({"error": error} if error else {}))],
+                conn,
             )
     for state, entry in stopped:
-        log_event("client_tool.aborted", sessionId=state.session_id, runId=entry.run_id,
-                  toolCallId=entry.tool_call_id, toolName=entry.tool_name,
-                  deadlineAt=entry.deadline_at, abort=abort)
+        log_event(
+            "client_tool.aborted",
+            sessionId=state.session_id,
+            runId=entry.run_id,
+            toolCallId=entry.tool_call_id,
+            toolName=entry.tool_name,
+            deadlineAt=entry.deadline_at,
+            abort=abort,
+        )
+    for sid in ids:
+        # The stopped turn's workflow is cancelled and cannot log its own summary line.
+        mine = [entry for state, entry in stopped if state.session_id == sid]
+        log_event(
+            "turn.summary",
+            sessionId=sid,
+            runId=saved[sid].run_id,
+            outcome=outcome,
+            stoppedCalls=len(mine),
+            waitMs=sum(at - e.registered_at for e in mine),
+        )
     return saved.get(tree[0].session_id, tree[0])
 
 
@@ -136,24 +175,32 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         )
     at = now_ms()
     run_id = root.run_id or ""
-    awaited = [p.tool_call_id for p in unanswered(batch_of(root.pending, run_id))
-               if not p.lapsed_by(at)]
+    awaited = [
+        p.tool_call_id for p in unanswered(batch_of(root.pending, run_id)) if not p.lapsed_by(at)
+    ]
     if awaited and not abandon:
         exc = AgentNotResumableError(
             f"The batch is partial: still awaiting {', '.join(awaited)}",
-            sessionId=root.session_id, awaitedToolCallIds=awaited,
+            sessionId=root.session_id,
+            awaitedToolCallIds=awaited,
         )
         exc.retryable = True
         raise exc
 
     def stash(states: dict[str, SessionState]) -> list[str]:
         s = states[root.session_id]
-        if s.status != "suspended_client_tool" or not batch_of(s.pending, run_id) or s.run_id != run_id:
+        if (
+            s.status != "suspended_client_tool"
+            or not batch_of(s.pending, run_id)
+            or s.run_id != run_id
+        ):
             raise NoChange(None)
         if "entryInput" in s.metadata:
             raise NoChange(None)
         s.metadata["entryInput"] = {"message": message, "abandonPending": abandon, "runId": run_id}
-        return [p.tool_call_id for p in unanswered(batch_of(s.pending, run_id))]
+        # Wake every call of the batch: the coroutine may be parked on an answered call whose
+        # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
+        return [p.tool_call_id for p in batch_of(s.pending, run_id)]
 
     _, to_wake = await ctx.store.update([root.session_id], stash)
     if to_wake is None:
@@ -163,8 +210,10 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         )
     if abandon and root.workflow_id:
         for tcid in to_wake:
-            await DBOS.send_async(
-                root.workflow_id, {"kind": "abandon"}, topic=names.tool_result_topic(tcid),
+            await ctx.dbos().send_async(
+                root.workflow_id,
+                {"kind": "abandon"},
+                topic=names.tool_result_topic(tcid),
                 idempotency_key=names.control_idempotency_key(run_id, tcid, "abandon"),
             )
     return names.next_run_id(run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dbos import DBOS, AsyncSQLAlchemyDatasource, SetWorkflowID
@@ -37,6 +37,14 @@ class TurnHandle:
     session_id: str
     run_id: str
     workflow_id: str | None = None
+    workflow: Any = field(default=None, compare=False, repr=False)
+    """In-process DBOS handle of the started turn, when this process started it."""
+
+    async def result(self) -> Any:
+        """Wait for the turn's workflow to end (in-process fast path); returns its outcome."""
+        if self.workflow is None:
+            raise RuntimeError("This handle did not start a workflow in this process")
+        return await self.workflow.get_result()
 
     def dump(self) -> dict[str, Any]:
         """The wire form ``{sessionId, runId}``."""
@@ -162,10 +170,10 @@ class AgentRuntime:
             )
         workflow_id = names.turn_workflow_id(session_id, turn_id)
         with SetWorkflowID(workflow_id):
-            await DBOS.start_workflow_async(
+            workflow = await DBOS.start_workflow_async(
                 run_turn, session_id, turn_id, state.agent_type, state.root_session_id
             )
-        return TurnHandle(session_id, turn_id, workflow_id)
+        return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
     async def resume(
         self,

@@ -27,6 +27,7 @@ from ..observability.log import log_event
 from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
 from . import names
 from .context import current
+from .resolve import resolve_call
 
 __all__ = [
     "call_model",
@@ -139,18 +140,20 @@ async def commit_model(
     model: dict[str, Any],
     plan: list[dict[str, Any]],
     retention_ms: int,
+    final_summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Commit the assistant message, its events and usage, and register suspending calls.
 
     In the same transaction, the suspending calls' pending entries are written on this
-    (owning) session and their ownership entries on the root.
+    (owning) session and their ownership entries on the root. With ``final_summary`` (a reply
+    without tool calls) the same transaction also ends the turn ``completed``.
 
     Returns:
         ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
     """
     return await _transaction(
         names.COMMIT_MODEL_STEP, _commit_model, session_id, root_session_id, run_id, step,
-        model, plan, retention_ms,
+        model, plan, retention_ms, final_summary,
     )
 
 
@@ -162,6 +165,7 @@ async def _commit_model(
     model: dict[str, Any],
     plan: list[dict[str, Any]],
     retention_ms: int,
+    final_summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     ctx = current()
     conn = await _conn()
@@ -192,6 +196,8 @@ async def _commit_model(
             retry_event="client_tool.ownership_retry",
             failed_event="client_tool.ownership_write_failed",
         )
+    if final_summary is not None:
+        await ctx.store.update([session_id], _end("completed", None), conn=conn)
     new_events: list[dict[str, Any]] = []
     if response.text:
         new_events.append(event("text", text=response.text, step=step))
@@ -200,7 +206,12 @@ async def _commit_model(
         new_events.append(
             event("suspended", toolCallIds=list(entries), reason="client_tool")
         )
+    if final_summary is not None:
+        new_events.append(event("turn_end", outcome="completed", text=response.text))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
+    if final_summary is not None:
+        log_event("turn.summary", sessionId=session_id, runId=run_id, outcome="completed",
+                  **final_summary)
     for entry in entries.values():
         log_event(
             "client_tool.suspended", sessionId=session_id, runId=run_id,
@@ -273,54 +284,66 @@ def tool_result_message(result: dict[str, Any]) -> Message:
 
 async def commit_results(
     session_id: str, root_session_id: str, run_id: str, next_run: str,
-    results: list[dict[str, Any]],
+    plan: list[dict[str, Any]], given: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
-    In one transaction: the results (then a stashed new message, if one waits), the pending
-    and ownership entries cleared, tombstones written on the root, wait and outcome metrics,
-    ``tool_end`` events, and the session moved to the continuation run.
+    ``given`` holds the results already known (server tools, sub-agents, resolved approvals);
+    every other suspending call is resolved here, from its stored pending entry read in this
+    transaction. In one transaction: the results (then a stashed new message, if one waits),
+    the pending and ownership entries cleared, tombstones written on the root, wait and
+    outcome metrics, ``tool_end`` events, and the session moved to the continuation run.
+
+    Returns:
+        ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
     return await _transaction(
         names.COMMIT_RESULTS_STEP, _commit_results, session_id, root_session_id, run_id,
-        next_run, results,
+        next_run, plan, given,
     )
 
 
 async def _commit_results(
     session_id: str, root_session_id: str, run_id: str, next_run: str,
-    results: list[dict[str, Any]],
+    plan: list[dict[str, Any]], given: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     ctx = current()
     conn = await _conn()
     at = now_ms()
-    suspended = [r for r in results if r.get("suspended")]
-    ids = [r["toolCallId"] for r in suspended]
+    suspending = [item for item in plan if item["kind"] in ("client", "approval")]
+    ids = [item["toolCallId"] for item in suspending]
 
-    def settle(states: dict[str, SessionState]) -> dict[str, Any] | None:
+    def settle(states: dict[str, SessionState]) -> tuple[list[dict[str, Any]], Any]:
         owner, root = states[session_id], states[root_session_id]
-        for r in suspended:
-            tcid = r["toolCallId"]
+        stash = owner.metadata.pop("entryInput", None)
+        abandon = bool(stash and stash.get("abandonPending"))
+        resolved = dict(given)
+        for item in suspending:
+            tcid = item["toolCallId"]
             entry = owner.pending.pop(tcid, None)
+            if tcid not in resolved:
+                current_entry = entry.dump() if entry is not None and entry.run_id == run_id else None
+                resolved[tcid] = resolve_call(item, current_entry, abandon)
             root.ownership.pop(tcid, None)
             root.completed[tcid] = Tombstone(
-                completed_at=at, outcome=r["outcome"], run_id=run_id,
+                completed_at=at, outcome=resolved[tcid]["outcome"], run_id=run_id,
                 owner_session_id=session_id,
                 retention_ms=entry.completed_retention_ms if entry else 0,
             )
         _reap_tombstones(root, at, keep=set(ids))
-        stash = owner.metadata.pop("entryInput", None)
         owner.status = "running"
         owner.run_id = next_run
-        return stash
+        return [resolved[item["toolCallId"]] for item in plan], stash
 
-    stash: dict[str, Any] | None = None
-    if suspended:
-        _, stash = await ctx.store.update(
+    if suspending:
+        _, (results, stash) = await ctx.store.update(
             [session_id, root_session_id], settle, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn,
             retry_event="client_tool.clear_pending_retry",
             failed_event="client_tool.clear_failed_exhausted",
         )
+    else:
+        results, stash = [given[item["toolCallId"]] for item in plan], None
+    suspended = [r for r in results if r.get("suspended")]
     new_messages = [tool_result_message(r) for r in results]
     if stash and stash.get("message"):
         new_messages.append(Message(role="user", content=stash["message"]))
@@ -348,7 +371,7 @@ async def _commit_results(
     if stash and stash.get("message"):
         end_events.append(event("user_message", text=stash["message"]))
     await ctx.store.append_events(session_id, run_id, end_events, conn)
-    return {"stashedMessage": bool(stash and stash.get("message")), "at": at}
+    return {"results": results, "stashedMessage": bool(stash and stash.get("message"))}
 
 
 def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
@@ -359,6 +382,18 @@ def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
 
 
 # -- the end of a turn ----------------------------------------------------------------------
+
+
+def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, SessionState]], None]:
+    """A mutation that ends a session's turn with ``status``."""
+
+    def end(states: dict[str, SessionState]) -> None:
+        for state in states.values():
+            state.status = status  # type: ignore[assignment]
+            state.error = error
+            state.metadata.pop("entryInput", None)
+
+    return end
 
 
 async def finish_turn(
@@ -375,14 +410,9 @@ async def _finish_turn(
 ) -> None:
     ctx = current()
     conn = await _conn()
-
-    def end(states: dict[str, SessionState]) -> None:
-        state = states[session_id]
-        state.status = "completed" if outcome == "completed" else "failed"
-        state.error = error
-        state.metadata.pop("entryInput", None)
-
-    await ctx.store.update([session_id], end, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn)
+    status = "completed" if outcome == "completed" else "failed"
+    await ctx.store.update([session_id], _end(status, error), attempts=PENDING_CLEAR_ATTEMPTS,
+                           conn=conn)
     await ctx.store.append_events(
         session_id, run_id,
         [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],

@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dbos import DBOS
 from pydantic import ValidationError
 
 from ..core.session import (
@@ -146,9 +145,12 @@ def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_inp
             raise RequestValidationError("Edited arguments come with an approval, not a denial")
         try:
             tool_input_model.model_validate(sub.edited_input)
-        except ValidationError as exc:
-            raise InvalidResultError(entry.tool_name, sub.tool_call_id,
-                                     exc.errors(include_url=False)) from None
+        except ValidationError:
+            # The edit failed the tool's INPUT schema: not an invalid (output) result.
+            raise RequestValidationError(
+                "The edited arguments failed the tool's input schema", cause="edited_input",
+                toolName=entry.tool_name, toolCallId=sub.tool_call_id,
+            ) from None
         decision["editedInput"] = sub.edited_input
     return decision
 
@@ -173,6 +175,9 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         if tombstone.outcome == "stopped":
             return _unknown(tcid, "run_stopped")
         if tombstone.outcome == "timeout":
+            log_event("client_tool.submit_late", sessionId=sub.session_id, toolCallId=tcid,
+                      runId=tombstone.run_id, completedAt=tombstone.completed_at,
+                      submittedAt=now_ms())
             return _unknown(tcid, "deadline_lapsed")
         return SubmitAnswer(status="already_completed", continuation=Continuation(kind="consumed"),
                             tool_call_id=tcid)
@@ -189,8 +194,10 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
                   reason="ownership_missing_toolcall")
         return _unknown(tcid)
     if entry.submitted_at is not None:
-        return await _duplicate(owner, entry)
-    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name)
+        return await _duplicate(ctx, owner, entry)
+    # An error skips validation, so it needs no agent definition (the CLI's fail-call).
+    known = sub.error is None or owner.agent_type in ctx.registry
+    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
     response = _response(sub, entry, ctx, tool.input_model if tool else None,
                          tool.output_model if tool else None)
 
@@ -221,31 +228,34 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
             toolCallId=tcid, runId=entry.run_id,
         )
     if outcome == "lapsed":
+        log_event("client_tool.submit_late", sessionId=sub.session_id, toolCallId=tcid,
+                  runId=entry.run_id, toolName=entry.tool_name, deadlineAt=entry.deadline_at,
+                  submittedAt=now_ms())
         return _unknown(tcid, "deadline_lapsed")
     if outcome == "duplicate":
-        return await _duplicate(owner_after, owner_after.pending[tcid])
+        return await _duplicate(ctx, owner_after, owner_after.pending[tcid])
     log_event("client_tool.submitted", sessionId=sub.session_id, ownerSessionId=owner_id,
               runId=entry.run_id, toolCallId=tcid, toolName=entry.tool_name,
               hasError="error" in response, kind=entry.kind)
-    await _wake(owner_after, entry)
+    await _wake(ctx, owner_after, entry)
     return SubmitAnswer(status="accepted", continuation=_continuation(owner_after, entry.run_id),
                         tool_call_id=tcid)
 
 
-async def _duplicate(owner: SessionState, entry: PendingCall) -> SubmitAnswer:
+async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> SubmitAnswer:
     """A re-send of a stored, not yet drained answer: never replace it; re-wake (idempotent)."""
-    await _wake(owner, entry)
+    await _wake(ctx, owner, entry)
     return SubmitAnswer(status="already_completed",
                         continuation=_continuation(owner, entry.run_id),
                         tool_call_id=entry.tool_call_id)
 
 
-async def _wake(owner: SessionState, entry: PendingCall) -> None:
+async def _wake(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> None:
     """Send the wake-up; the same key always, so DBOS delivers it at most once."""
     if owner.workflow_id is None:
         return
     try:
-        await DBOS.send_async(
+        await ctx.dbos().send_async(
             owner.workflow_id,
             {"kind": "answer", "toolCallId": entry.tool_call_id},
             topic=names.tool_result_topic(entry.tool_call_id),

@@ -20,15 +20,19 @@ import time
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
+from dbos._error import DBOSMaxStepRetriesExceeded
+from dbos._error import DBOSAwaitedWorkflowCancelledError
 from pydantic import ValidationError
 
 from ..core.agents import Agent
 from ..core.llm import LLMResponse
 from ..core.messages import ToolCall
 from ..errors import HelixError
+from ..observability import tracing
 from . import names, steps
 from .context import current
 from .entry import start_child_session
+from .resolve import resolve_call
 
 __all__ = ["run_turn"]
 
@@ -61,8 +65,18 @@ class _Turn:
                                "message": f"The turn used all {self.agent.max_steps} model steps"},
             )
         except HelixError as exc:
-            return await self._finish("failed", "", {"code": exc.code, "message": exc.message,
-                                                     "retryable": exc.retryable})
+            return await self._fail(exc)
+        except DBOSMaxStepRetriesExceeded as exc:
+            # A retryable provider error that kept failing: fail typed with the last one.
+            last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
+            if last is None:
+                raise
+            return await self._fail(last)
+
+    async def _fail(self, exc: HelixError) -> dict[str, Any]:
+        return await self._finish(
+            "failed", "", {"code": exc.code, "message": exc.message, "retryable": exc.retryable}
+        )
 
     async def _step(self, step: int) -> dict[str, Any] | None:
         model = await steps.call_model(self.session_id, self.run_id, self.agent_type, step)
@@ -71,12 +85,15 @@ class _Turn:
         self.summary["inputTokens"] += response.usage.input_tokens
         self.summary["outputTokens"] += response.usage.output_tokens
         plan = self._plan(response.tool_calls)
+        final = not response.tool_calls
         committed = await steps.commit_model(
             self.session_id, self.root_session_id, self.run_id, step, model, plan,
             int(self.agent.completed_tombstone_retention * 1000),
+            self.summary if final else None,
         )
-        if not response.tool_calls:
-            return await self._finish("completed", response.text, None)
+        if final:
+            # The final answer's commit also recorded the turn's end (one transaction).
+            return _outcome("completed", response.text, None, None, self.run_id)
 
         results: dict[str, dict[str, Any]] = {}
         for item in plan:
@@ -92,16 +109,22 @@ class _Turn:
         if suspending:
             self.summary["clientCalls"] += len(suspending)
             await self._park(suspending, committed["deadlines"])
-            collected = await steps.collect_answers(
-                self.session_id, self.run_id, [i["toolCallId"] for i in suspending]
-            )
-            for item in suspending:
-                results[item["toolCallId"]] = await self._resolve(item, collected)
+            if any(i["kind"] == "approval" for i in suspending):
+                # An approved call's tool runs before the results commit: read the answers
+                # first. Without approvals, the commit itself resolves them (one step fewer).
+                collected = await steps.collect_answers(
+                    self.session_id, self.run_id, [i["toolCallId"] for i in suspending]
+                )
+                for item in suspending:
+                    results[item["toolCallId"]] = await self._resolve(
+                        item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
+                    )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
-        ordered = [results[item["toolCallId"]] for item in plan]
-        await steps.commit_results(
-            self.session_id, self.root_session_id, self.run_id, next_run, ordered
+        settled = await steps.commit_results(
+            self.session_id, self.root_session_id, self.run_id, next_run, plan, results
         )
+        ordered: list[dict[str, Any]] = settled["results"]
+        self.summary["waitMs"] += sum(r.get("waitMs", 0) for r in ordered)
         self.run_id = next_run
         for item, result in zip(plan, ordered, strict=True):
             tool = self.agent.tool(item["toolName"])
@@ -146,43 +169,29 @@ class _Turn:
             for item in suspending:
                 # The clock only sizes the wait; DBOS records the absolute wake time.
                 remaining = deadlines[item["toolCallId"]] / 1000 - time.time()
-                message = await DBOS.recv_async(
-                    names.tool_result_topic(item["toolCallId"]), timeout_seconds=max(0.0, remaining)
-                )
+                with tracing.client_tool_wait_span(
+                    tool_name=item["toolName"], tool_call_id=item["toolCallId"],
+                    session_id=self.session_id, run_id=self.run_id,
+                    deadline_at=deadlines[item["toolCallId"]], kind=item["kind"],
+                ) as span:
+                    message = await DBOS.recv_async(
+                        names.tool_result_topic(item["toolCallId"]),
+                        timeout_seconds=max(0.0, remaining),
+                    )
+                    span.set_outcome(tracing.wait_outcome(message))
                 if isinstance(message, dict) and message.get("kind") == "abandon":
                     break
         finally:
             ctx.parked.discard(workflow_id)
 
-    async def _resolve(self, item: dict[str, Any], collected: dict[str, Any]) -> dict[str, Any]:
-        """Turn one suspending call's stored answer (or its absence) into its result."""
-        base = {**_ids(item), "suspended": True}
-        entry = collected["answers"].get(item["toolCallId"])
-        if entry is None:
-            return {**base, "ok": False, "errorCode": "not_executed", "outcome": "not_executed"}
-        base["deadlineAt"] = entry["deadlineAt"]
-        submitted = entry.get("submittedAt")
-        if submitted is None:
-            outcome = "abandoned" if collected["abandon"] else "timeout"
-            wait = (entry["deadlineAt"] if outcome == "timeout" else submitted or entry["deadlineAt"])
-            self.summary["waitMs"] += wait - entry["registeredAt"]
-            return {**base, "ok": False, "outcome": outcome,
-                    "errorCode": "client_tool_abandoned" if outcome == "abandoned" else "client_tool_timeout",
-                    "waitMs": wait - entry["registeredAt"]}
-        wait_ms = submitted - entry["registeredAt"]
-        self.summary["waitMs"] += wait_ms
-        base.update(outcome="answered", waitMs=wait_ms)
-        response = entry.get("response") or {}
-        if entry["kind"] == "client":
-            if "error" in response:
-                return {**base, "ok": False, "error": response["error"], "errorCode": None}
-            return {**base, "ok": True, "result": response.get("result")}
-        if not response.get("approved"):
-            reason = response.get("reason")
-            text = "A human denied this call." + (f" Reason: {reason}" if reason else "")
-            return {**base, "ok": False, "error": text, "errorCode": "approval_denied"}
-        tool_input = response.get("editedInput") or entry["input"]
-        return {**base, **await steps.run_server_tool(self.agent_type, item["toolName"], tool_input)}
+    async def _resolve(self, item: dict[str, Any], entry: dict[str, Any] | None,
+                       abandon: bool) -> dict[str, Any]:
+        """A suspended call's result; an approved approval runs its tool (a recorded step)."""
+        result = resolve_call(item, entry, abandon)
+        run_input = result.pop("runInput", None)
+        if run_input is not None:
+            result.update(await steps.run_server_tool(self.agent_type, item["toolName"], run_input))
+        return result
 
     async def _run_child(self, item: dict[str, Any]) -> dict[str, Any]:
         """Run a sub-agent as a child workflow with its own session; its reply is the result."""
@@ -197,7 +206,14 @@ class _Turn:
             handle = await DBOS.start_workflow_async(
                 run_turn, child_session, child_turn, child_agent, self.root_session_id
             )
-        outcome: dict[str, Any] = await handle.get_result()
+        try:
+            outcome: dict[str, Any] = await handle.get_result()
+        except DBOSAwaitedWorkflowCancelledError:
+            # The child alone was interrupted or aborted: the parent reads a failed result and
+            # goes on. (When the parent is stopped too, its next step refuses to run.) DBOS
+            # records the awaited error, so a replay takes this same branch.
+            return {"ok": False, "error": "The sub-agent was stopped before it finished.",
+                    "errorCode": "aborted"}
         if outcome.get("outcome") == "completed":
             return {"ok": True, "result": {"text": outcome.get("text", ""),
                                            "output": outcome.get("output")}}
@@ -208,8 +224,13 @@ class _Turn:
     async def _finish(self, outcome: str, text: str, error: dict[str, Any] | None,
                       output: Any = None) -> dict[str, Any]:
         await steps.finish_turn(self.session_id, self.run_id, outcome, text, error, self.summary)
-        return {"outcome": outcome, "text": text, "output": output, "error": error,
-                "runId": self.run_id}
+        return _outcome(outcome, text, output, error, self.run_id)
+
+
+def _outcome(outcome: str, text: str, output: Any, error: dict[str, Any] | None,
+             run_id: str) -> dict[str, Any]:
+    """The workflow's result (a sub-agent's parent reads it as the tool result)."""
+    return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
 
 
 def _ids(item: dict[str, Any]) -> dict[str, Any]:

@@ -86,7 +86,9 @@ def upgrade(database_url: str, revision: str = "head") -> str:
 
 
 def _current(conn: sa.Connection) -> str | None:
-    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return MigrationContext.configure(
+        conn, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
 
 
 def current_revision(database_url: str) -> str | None:
@@ -104,8 +106,19 @@ def require_current_schema(database_url: str) -> None:
 
     Raises:
         SchemaNotCurrentError: the database is not at the head revision.
+        ConfigError: the role may not read the version table (its grants are missing).
     """
-    current = current_revision(database_url)
+    try:
+        current = current_revision(database_url)
+    except sa.exc.ProgrammingError as exc:
+        if "permission denied" not in str(exc.orig).lower():
+            raise
+        # Migrated by the owner, but this role was never granted our tables.
+        raise ConfigError(
+            f"This database role may not read {VERSION_TABLE}: grant it SELECT, INSERT, "
+            "UPDATE and DELETE on the __agents_* tables (and USAGE on their sequences) after "
+            f"running `{MIGRATE_COMMAND}` as the owner.",
+        ) from None
     head = head_revision()
     if current != head:
         raise SchemaNotCurrentError(

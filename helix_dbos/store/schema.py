@@ -57,12 +57,8 @@ states = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     # 0002: the client-tool maps.
-    sa.Column(
-        "pending_client_tool_calls", Json, nullable=False, server_default=sa.text("'{}'")
-    ),
-    sa.Column(
-        "client_tool_call_ownership", Json, nullable=False, server_default=sa.text("'{}'")
-    ),
+    sa.Column("pending_client_tool_calls", Json, nullable=False, server_default=sa.text("'{}'")),
+    sa.Column("client_tool_call_ownership", Json, nullable=False, server_default=sa.text("'{}'")),
     # 0004: durable already_completed markers (root tombstones).
     sa.Column("completed_client_tool_calls", Json, nullable=True),
     # 0005: pointer to the most recently written checkpoint.

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..config import parse_database_url
@@ -51,7 +53,7 @@ UsageRow = dict[str, Any]
 """``{kind, source_type, source_name, value | data, session_id, run_id, timestamp, dedupe_key}``."""
 
 
-class NoChange(Exception):  # noqa: N818 - a control-flow signal, not an error
+class NoChange(Exception):  # a control-flow signal, not an error
     """Raised by an ``update`` mutation to return ``value`` without writing anything."""
 
     def __init__(self, value: Any) -> None:
@@ -87,10 +89,14 @@ def _state_from_row(row: sa.Row[Any]) -> SessionState:
         run_id=m["run_id"],
         workflow_id=m["workflow_id"],
         version=m["version"],
-        pending={k: PendingCall.model_validate(v) for k, v in (m["pending_client_tool_calls"] or {}).items()},
+        pending={
+            k: PendingCall.model_validate(v)
+            for k, v in (m["pending_client_tool_calls"] or {}).items()
+        },
         ownership=dict(m["client_tool_call_ownership"] or {}),
         completed={
-            k: Tombstone.model_validate(v) for k, v in (m["completed_client_tool_calls"] or {}).items()
+            k: Tombstone.model_validate(v)
+            for k, v in (m["completed_client_tool_calls"] or {}).items()
         },
         metadata=dict(m["metadata"] or {}),
         error=m["error"],
@@ -131,8 +137,9 @@ class SessionStore:
         self.dialect = engine.dialect.name
 
     @classmethod
-    def from_url(cls, database_url: str, *, max_state_bytes: int | None = None,
-                 pool_size: int = 10) -> SessionStore:
+    def from_url(
+        cls, database_url: str, *, max_state_bytes: int | None = None, pool_size: int = 10
+    ) -> SessionStore:
         """A store on a user-facing database URL (``postgresql://``, ``sqlite:///``)."""
         urls = parse_database_url(database_url)
         if urls.is_sqlite:
@@ -149,7 +156,9 @@ class SessionStore:
         await self.engine.dispose()
 
     @asynccontextmanager
-    async def transaction(self, conn: AsyncConnection | None = None) -> AsyncIterator[AsyncConnection]:
+    async def transaction(
+        self, conn: AsyncConnection | None = None
+    ) -> AsyncIterator[AsyncConnection]:
         """Join ``conn``'s transaction, or open (and commit) a new one."""
         if conn is not None:
             yield conn
@@ -159,22 +168,32 @@ class SessionStore:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def create_session(self, state: SessionState, conn: AsyncConnection | None = None) -> SessionState:
+    async def create_session(
+        self, state: SessionState, conn: AsyncConnection | None = None
+    ) -> SessionState:
         """Insert a new session row (version 0)."""
         now = _now()
         async with self.transaction(conn) as c:
             await c.execute(
                 states.insert().values(
-                    session_id=state.session_id, version=0, event_seq=0,
-                    created_at=now, updated_at=now, **_state_values(state),
+                    session_id=state.session_id,
+                    version=0,
+                    event_seq=0,
+                    created_at=now,
+                    updated_at=now,
+                    **_state_values(state),
                 )
             )
         return state.model_copy(update={"version": 0})
 
-    async def load(self, session_id: str, conn: AsyncConnection | None = None) -> SessionState | None:
+    async def load(
+        self, session_id: str, conn: AsyncConnection | None = None
+    ) -> SessionState | None:
         """The session, or ``None``."""
         async with self.transaction(conn) as c:
-            row = (await c.execute(states.select().where(states.c.session_id == session_id))).first()
+            row = (
+                await c.execute(states.select().where(states.c.session_id == session_id))
+            ).first()
         return _state_from_row(row) if row is not None else None
 
     async def get(self, session_id: str, conn: AsyncConnection | None = None) -> SessionState:
@@ -188,7 +207,9 @@ class SessionStore:
             raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
         return state
 
-    async def load_many(self, session_ids: Iterable[str], conn: AsyncConnection | None = None) -> dict[str, SessionState]:
+    async def load_many(
+        self, session_ids: Iterable[str], conn: AsyncConnection | None = None
+    ) -> dict[str, SessionState]:
         """The sessions that exist among ``session_ids``."""
         ids = list(dict.fromkeys(session_ids))
         async with self.transaction(conn) as c:
@@ -242,7 +263,9 @@ class SessionStore:
                     current = await self.load_many(ids, c)
                     missing = [i for i in ids if i not in current]
                     if missing:
-                        raise SessionNotFoundError(f"No session {missing[0]!r}", sessionId=missing[0])
+                        raise SessionNotFoundError(
+                            f"No session {missing[0]!r}", sessionId=missing[0]
+                        )
                     before = {i: s.version for i, s in current.items()}
                     try:
                         value = mutate(current)
@@ -260,7 +283,8 @@ class SessionStore:
                         log_event(failed_event, sessionIds=ids, attempts=attempts, error=str(exc))
                     raise StaleStateError(
                         f"Gave up after {attempts} compare-and-swap attempts on {ids}",
-                        sessionIds=ids, attempts=attempts,
+                        sessionIds=ids,
+                        attempts=attempts,
                     ) from exc
                 if retry_event:
                     log_event(retry_event, sessionIds=ids, attempt=attempt)
@@ -285,11 +309,17 @@ class SessionStore:
             raise StateSizeExceededError(
                 f"The session's stored pending calls would be {size} bytes, over the "
                 f"store's limit of {self.max_state_bytes}",
-                cause="state", limitBytes=self.max_state_bytes, sizeBytes=size,
+                cause="state",
+                limitBytes=self.max_state_bytes,
+                sizeBytes=size,
             )
 
     async def list_sessions(
-        self, *, status: str | None = None, agent_type: str | None = None, limit: int = 50,
+        self,
+        *,
+        status: str | None = None,
+        agent_type: str | None = None,
+        limit: int = 50,
         conn: AsyncConnection | None = None,
     ) -> list[SessionState]:
         """Recent sessions, newest first."""
@@ -301,14 +331,18 @@ class SessionStore:
         async with self.transaction(conn) as c:
             return [_state_from_row(r) for r in (await c.execute(query)).all()]
 
-    async def descendants(self, root_session_id: str, conn: AsyncConnection | None = None) -> list[SessionState]:
+    async def descendants(
+        self, root_session_id: str, conn: AsyncConnection | None = None
+    ) -> list[SessionState]:
         """Every session of a tree except the root, parents before children."""
         async with self.transaction(conn) as c:
             rows = (
                 await c.execute(
                     states.select()
-                    .where(states.c.root_session_id == root_session_id,
-                           states.c.session_id != root_session_id)
+                    .where(
+                        states.c.root_session_id == root_session_id,
+                        states.c.session_id != root_session_id,
+                    )
                     .order_by(states.c.created_at)
                 )
             ).all()
@@ -317,7 +351,10 @@ class SessionStore:
     # -- messages ---------------------------------------------------------------------------
 
     async def append_messages(
-        self, session_id: str, run_id: str | None, new: Sequence[Message],
+        self,
+        session_id: str,
+        run_id: str | None,
+        new: Sequence[Message],
         conn: AsyncConnection | None = None,
     ) -> None:
         """Append messages in order. A second tool result for a call fails in the database."""
@@ -329,14 +366,20 @@ class SessionStore:
                 messages.insert(),
                 [
                     {
-                        "session_id": session_id, "role": m.role, "tool_call_id": m.tool_call_id,
-                        "content": m.to_row(), "run_id": run_id, "created_at": now,
+                        "session_id": session_id,
+                        "role": m.role,
+                        "tool_call_id": m.tool_call_id,
+                        "content": m.to_row(),
+                        "run_id": run_id,
+                        "created_at": now,
                     }
                     for m in new
                 ],
             )
 
-    async def load_messages(self, session_id: str, conn: AsyncConnection | None = None) -> list[Message]:
+    async def load_messages(
+        self, session_id: str, conn: AsyncConnection | None = None
+    ) -> list[Message]:
         """The session's conversation, oldest first."""
         async with self.transaction(conn) as c:
             rows = (
@@ -351,7 +394,10 @@ class SessionStore:
     # -- events -----------------------------------------------------------------------------
 
     async def append_events(
-        self, session_id: str, run_id: str | None, new: Sequence[dict[str, Any]],
+        self,
+        session_id: str,
+        run_id: str | None,
+        new: Sequence[dict[str, Any]],
         conn: AsyncConnection | None = None,
     ) -> int:
         """Append events to the session's stream; returns the last sequence number.
@@ -375,15 +421,24 @@ class SessionStore:
             await c.execute(
                 events.insert(),
                 [
-                    {"session_id": session_id, "sequence": first + i, "run_id": run_id,
-                     "type": e["type"], "data": e.get("data", {}), "created_at": now}
+                    {
+                        "session_id": session_id,
+                        "sequence": first + i,
+                        "run_id": run_id,
+                        "type": e["type"],
+                        "data": e.get("data", {}),
+                        "created_at": now,
+                    }
                     for i, e in enumerate(new)
                 ],
             )
         return int(last)
 
     async def read_events(
-        self, session_id: str, after: int = 0, limit: int = 1000,
+        self,
+        session_id: str,
+        after: int = 0,
+        limit: int = 1000,
         conn: AsyncConnection | None = None,
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
@@ -397,58 +452,85 @@ class SessionStore:
                 )
             ).all()
         return [
-            SessionEvent(sequence=r.sequence, type=r.type, run_id=r.run_id,
-                         session_id=r.session_id, data=r.data)
+            SessionEvent(
+                sequence=r.sequence,
+                type=r.type,
+                run_id=r.run_id,
+                session_id=r.session_id,
+                data=r.data,
+            )
             for r in rows
         ]
 
     # -- usage ------------------------------------------------------------------------------
 
-    async def record_usage(self, rows: Sequence[UsageRow], conn: AsyncConnection | None = None) -> None:
+    async def record_usage(
+        self, rows: Sequence[UsageRow], conn: AsyncConnection | None = None
+    ) -> None:
         """Insert usage rows; a row whose ``dedupe_key`` exists is skipped (replay-safe)."""
         if not rows:
             return
         values = [
             {
-                "session_id": r.get("session_id"), "run_id": r.get("run_id"),
-                "kind": r.get("kind", "custom"), "source_type": r["source_type"],
+                "session_id": r.get("session_id"),
+                "run_id": r.get("run_id"),
+                "kind": r.get("kind", "custom"),
+                "source_type": r["source_type"],
                 "source_name": r.get("source_name"),
                 "data": r.get("data", {"value": r.get("value", 1)}),
-                "timestamp": r.get("timestamp", now_ms()), "dedupe_key": r.get("dedupe_key"),
+                "timestamp": r.get("timestamp", now_ms()),
+                "dedupe_key": r.get("dedupe_key"),
             }
             for r in rows
         ]
         async with self.transaction(conn) as c:
-            insert = (
-                sa.dialects.postgresql.insert(usage)
-                if self.dialect == "postgresql"
-                else sa.dialects.sqlite.insert(usage)
-            )
-            await c.execute(insert.on_conflict_do_nothing(index_elements=["dedupe_key"]), values)
+            stmt: sa.Executable
+            if self.dialect == "postgresql":
+                stmt = pg_dialect.insert(usage).on_conflict_do_nothing(
+                    index_elements=["dedupe_key"]
+                )
+            else:
+                stmt = sqlite_dialect.insert(usage).on_conflict_do_nothing(
+                    index_elements=["dedupe_key"]
+                )
+            await c.execute(stmt, values)
 
     # -- checkpoints ------------------------------------------------------------------------
 
     async def write_checkpoint(
-        self, session_id: str, run_id: str | None, *, step_count: int, message_count: int,
-        state: dict[str, Any], conn: AsyncConnection | None = None,
+        self,
+        session_id: str,
+        run_id: str | None,
+        *,
+        step_count: int,
+        message_count: int,
+        state: dict[str, Any],
+        conn: AsyncConnection | None = None,
     ) -> str:
         """Write a checkpoint and point the session at it (the most recently written one)."""
         checkpoint_id = f"cp_{uuid.uuid4().hex}"
         async with self.transaction(conn) as c:
             await c.execute(
                 checkpoints.insert().values(
-                    checkpoint_id=checkpoint_id, session_id=session_id, run_id=run_id,
-                    step_count=step_count, message_count=message_count, state=state,
+                    checkpoint_id=checkpoint_id,
+                    session_id=session_id,
+                    run_id=run_id,
+                    step_count=step_count,
+                    message_count=message_count,
+                    state=state,
                     created_at=_now(),
                 )
             )
             await c.execute(
-                states.update().where(states.c.session_id == session_id)
+                states.update()
+                .where(states.c.session_id == session_id)
                 .values(latest_checkpoint_id=checkpoint_id)
             )
         return checkpoint_id
 
-    async def latest_checkpoint(self, session_id: str, conn: AsyncConnection | None = None) -> dict[str, Any] | None:
+    async def latest_checkpoint(
+        self, session_id: str, conn: AsyncConnection | None = None
+    ) -> dict[str, Any] | None:
         """The checkpoint the session points at (never "highest step count")."""
         async with self.transaction(conn) as c:
             row = (

@@ -6,10 +6,11 @@ A client-tool round trip with each adapter, a 429 retried by the durable model s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from pydantic import BaseModel
 
 from helix_dbos.config import HelixSettings
@@ -31,8 +32,6 @@ from .fake_servers import (
     openai_tool_calls,
 )
 
-MakeRuntime = Callable[[Iterable[Agent]], Awaitable[AgentRuntime]]
-
 
 class WeatherIn(BaseModel):
     city: str
@@ -49,7 +48,7 @@ get_weather = define_tool(
 
 
 def _openai_answered(request: Recorded) -> bool:
-    return request.body["messages"][-1]["role"] == "tool"
+    return bool(request.body["messages"][-1]["role"] == "tool")
 
 
 def _anthropic_answered(request: Recorded) -> bool:
@@ -83,23 +82,29 @@ PROVIDERS: dict[str, tuple[Callable[[FakeServer], LLM], Callable[[Recorded], Rep
 }
 
 
-@pytest.fixture
-async def make_runtime(sqlite_url: str) -> AsyncIterator[MakeRuntime]:
-    # The adapters are under test here, not the backends, so one backend keeps this fast.
-    launched: list[AgentRuntime] = []
+# One runtime and one fake server per provider serve the whole module: launching DBOS and
+# migrating a database per test would cost more than the tests themselves.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-    async def make(agents: Iterable[Agent]) -> AgentRuntime:
-        settings = HelixSettings(
-            database_url=sqlite_url, executor_id="test-exec", application_version="test"
-        )
-        runtime = AgentRuntime(agents, settings)
-        await runtime.launch()
-        launched.append(runtime)
-        return runtime
 
-    yield make
-    for runtime in launched:
-        await runtime.shutdown()
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, FakeServer]]:
+    with FakeServer(openai_weather) as openai, FakeServer(anthropic_weather) as anthropic:
+        yield {"openai": openai, "anthropic": anthropic}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runtime(
+    servers: dict[str, FakeServer], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[AgentRuntime]:
+    # The adapters are under test here, not the backends, so SQLite keeps this fast.
+    path = tmp_path_factory.mktemp("roundtrip") / "helix.sqlite"
+    settings = HelixSettings(
+        database_url=f"sqlite:///{path}", executor_id="test-exec", application_version="test"
+    )
+    agents = [weather_agent(name, server) for name, server in servers.items()]
+    async with AgentRuntime(agents, settings) as launched:
+        yield launched
 
 
 @pytest.fixture(params=sorted(PROVIDERS))
@@ -108,9 +113,11 @@ def provider(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def server(provider: str) -> Iterator[FakeServer]:
-    with FakeServer(PROVIDERS[provider][1]) as fake:
-        yield fake
+def server(provider: str, servers: dict[str, FakeServer]) -> FakeServer:
+    fake = servers[provider]
+    # Each test reads only its own requests.
+    fake.requests.clear()
+    return fake
 
 
 def weather_agent(provider: str, server: FakeServer) -> Agent:
@@ -123,10 +130,8 @@ def weather_agent(provider: str, server: FakeServer) -> Agent:
 
 
 async def test_client_tool_round_trip(
-    provider: str, server: FakeServer, make_runtime: MakeRuntime
+    provider: str, server: FakeServer, runtime: AgentRuntime
 ) -> None:
-    runtime = await make_runtime([weather_agent(provider, server)])
-
     handle = await runtime.start(f"weather_{provider}", "Weather in Paris?")
     [pending] = await runtime.wait_for_pending(handle.session_id)
     call_id = "call_w1" if provider == "openai" else "toolu_w1"
@@ -167,7 +172,7 @@ async def test_client_tool_round_trip(
 
 
 async def test_rate_limit_is_retried_by_the_durable_step(
-    provider: str, server: FakeServer, make_runtime: MakeRuntime
+    provider: str, server: FakeServer, runtime: AgentRuntime
 ) -> None:
     server.enqueue(
         openai_error(429, "Rate limit reached", type="requests")
@@ -175,8 +180,6 @@ async def test_rate_limit_is_retried_by_the_durable_step(
         else anthropic_error(429, "rate_limit_error", "Too many requests")
     )
     server.enqueue(openai_text("Hello.") if provider == "openai" else anthropic_text("Hello."))
-    runtime = await make_runtime([weather_agent(provider, server)])
-
     handle = await runtime.start(f"weather_{provider}", "Hi")
     view = await runtime.wait(handle.session_id)
 
@@ -188,15 +191,13 @@ async def test_rate_limit_is_retried_by_the_durable_step(
 
 
 async def test_bad_request_fails_the_turn_typed(
-    provider: str, server: FakeServer, make_runtime: MakeRuntime
+    provider: str, server: FakeServer, runtime: AgentRuntime
 ) -> None:
     server.enqueue(
         openai_error(400, "Invalid 'messages'")
         if provider == "openai"
         else anthropic_error(400, "invalid_request_error", "messages: invalid")
     )
-    runtime = await make_runtime([weather_agent(provider, server)])
-
     handle = await runtime.start(f"weather_{provider}", "Hi")
     view = await runtime.wait(handle.session_id)
 

@@ -38,7 +38,7 @@ def plan_script(request: LLMRequest) -> LLMResponse:
     users = [m for m in request.messages if m.role == "user"]
     plan = users[-1].content if users else ""
     start = max(i for i, m in enumerate(request.messages) if m.role == "user") if users else 0
-    since = request.messages[start + 1:]
+    since = request.messages[start + 1 :]
     done = [m for m in since if m.role == "tool"]
     if plan.startswith("delegate:"):
         if not done:
@@ -55,17 +55,31 @@ def plan_script(request: LLMRequest) -> LLMResponse:
 def make_agents(timeout: float = 30.0, fast_timeout: float = 0.4) -> tuple[Agent, ...]:
     """``ops`` (client deadline ``timeout``), ``ops_fast`` (``fast_timeout``) and ``lead``."""
     pick_color = define_tool(
-        "pick_color", "The user picks a color in the client.", ColorInput, ColorOutput,
+        "pick_color",
+        "The user picks a color in the client.",
+        ColorInput,
+        ColorOutput,
         execute="client",
     )
     confirm = define_tool(
-        "confirm", "The user confirms in the client.", ConfirmInput, ConfirmOutput,
+        "confirm",
+        "The user confirms in the client.",
+        ConfirmInput,
+        ConfirmOutput,
         execute="client",
     )
-    ops = define_agent("ops", llm=ScriptedLLM(plan_script), tools=[pick_color, confirm],
-                       client_tool_timeout=timeout)
-    fast = define_agent("ops_fast", llm=ScriptedLLM(plan_script), tools=[pick_color, confirm],
-                        client_tool_timeout=fast_timeout)
+    ops = define_agent(
+        "ops",
+        llm=ScriptedLLM(plan_script),
+        tools=[pick_color, confirm],
+        client_tool_timeout=timeout,
+    )
+    fast = define_agent(
+        "ops_fast",
+        llm=ScriptedLLM(plan_script),
+        tools=[pick_color, confirm],
+        client_tool_timeout=fast_timeout,
+    )
     lead = define_agent("lead", llm=ScriptedLLM(plan_script), subagents=[ops])
     return ops, fast, lead
 

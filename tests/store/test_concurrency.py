@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from store_builders import session
-
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
 from helix_dbos.store.store import SessionStore
+from tests.store.store_builders import session
 
 WRITERS = 20
 

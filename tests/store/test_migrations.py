@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,9 +19,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
 
 from helix_dbos.config import parse_database_url
-from helix_dbos.errors import SchemaNotCurrentError
+from helix_dbos.errors import ConfigError, SchemaNotCurrentError
 from helix_dbos.store import migrate
 from helix_dbos.store.migrate import (
     current_revision,
@@ -289,24 +289,33 @@ def test_concurrent_upgrades_in_threads(pg_url: str) -> None:
 
 def test_concurrent_upgrades_in_processes(pg_url: str) -> None:
     """Two processes that start migrating the same fresh database together both succeed."""
-    start_at = time.time() + 3.0
     script = textwrap.dedent(
         f"""
-        import time
+        import sys
         from helix_dbos.store.migrate import upgrade
-        time.sleep(max(0.0, {start_at!r} - time.time()))
+        print("ready", flush=True)
+        sys.stdin.readline()
         print(upgrade({pg_url!r}))
         """
     )
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", script],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(2)
     ]
+    # Both have imported everything; release them at the same moment.
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     outputs = [p.communicate(timeout=60) for p in procs]
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
@@ -342,16 +351,15 @@ def test_require_current_schema(db_url: str) -> None:
 def restricted_role(pg_url: str) -> Iterator[tuple[str, str]]:
     """A login role that may connect and use schema public, but may not run DDL: (role, url)."""
     role = f"helix_app_{uuid.uuid4().hex[:10]}"
-    base, _, db = pg_url.rpartition("/")
+    db = pg_url.rpartition("/")[2]
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
         conn.execute(f'REVOKE ALL ON DATABASE "{db}" FROM PUBLIC')
         conn.execute(f'GRANT CONNECT ON DATABASE "{db}" TO "{role}"')
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         conn.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
-    user = psycopg.conninfo.conninfo_to_dict(pg_url).get("user", "postgres")
     try:
-        yield role, f"{base.replace(f'//{user}@', f'//{role}@', 1)}/{db}"
+        yield role, make_url(pg_url).set(username=role, password=None).render_as_string(False)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'DROP OWNED BY "{role}"')
@@ -374,6 +382,21 @@ def test_role_without_ddl_gets_the_command(restricted_role: tuple[str, str], pg_
 
     # An owner migrates and grants the app role its rows: now the check passes for it.
     upgrade(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    require_current_schema(role_url)
+
+
+def test_role_without_grants_is_told_what_to_grant(
+    restricted_role: tuple[str, str], pg_url: str
+) -> None:
+    """Migrated by the owner but never granted: a ConfigError naming the grants, not a raw error."""
+    role, role_url = restricted_role
+    upgrade(pg_url)
+    with pytest.raises(ConfigError) as info:
+        require_current_schema(role_url)
+    assert "__agents_alembic_version" in info.value.message
+    assert "grant it SELECT" in info.value.message
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
     require_current_schema(role_url)

@@ -8,12 +8,13 @@ The rows they read are written through the store, the way the runtime writes the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sqlite3
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -21,11 +22,13 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from store_builders import now_ms, pending_call, session
 
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.store.store import SessionStore
+from tests.conftest import drop_pg_database
+from tests.store.conftest import clone_pg_database
+from tests.store.store_builders import now_ms, pending_call, session
 
 # -- the runbook, verbatim -------------------------------------------------------------------
 
@@ -253,8 +256,47 @@ async def seed(store: SessionStore) -> Seeded:
 
 @pytest.fixture
 async def pg_seeded(pg_store: SessionStore) -> AsyncIterator[Seeded]:
-    """The runbook's world on Postgres."""
+    """The runbook's world on a fresh Postgres database, for the tests that change it."""
     yield await seed(pg_store)
+
+
+@dataclass
+class World:
+    """A seeded database shared by the tests that only read."""
+
+    url: str
+    seeded: Seeded
+
+
+@pytest.fixture(scope="module")
+def pg_world(pg_template: str) -> Iterator[World]:
+    """The runbook's world on Postgres, written once for the read-only tests of this module."""
+    url = clone_pg_database(pg_template)
+
+    async def build() -> Seeded:
+        store = SessionStore.from_url(url)
+        try:
+            return await seed(store)
+        finally:
+            await store.close()
+
+    try:
+        yield World(url, asyncio.run(build()))
+    finally:
+        drop_pg_database(url)
+
+
+def stored_state(url: str, session_id: str) -> SessionState:
+    """The session as the store reads it."""
+
+    async def read() -> SessionState:
+        store = SessionStore.from_url(url)
+        try:
+            return await store.get(session_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 @pytest.fixture
@@ -285,11 +327,9 @@ def sqlite_query(url: str, sql: str) -> list[tuple[Any, ...]]:
 # -- Inspecting the ownership map -----------------------------------------------------------
 
 
-async def test_ownership_query_returns_the_maps(
-    pg_store: SessionStore, pg_seeded: Seeded, migrated_pg_url: str
-) -> None:
+def test_ownership_query_returns_the_maps(pg_world: World) -> None:
     """The ownership SELECT shows the root's routing table and its own pending calls as JSON."""
-    s = pg_seeded
+    s, migrated_pg_url = pg_world.seeded, pg_world.url
     rows = pg_query(
         migrated_pg_url, fill(OWNERSHIP_POSTGRES, **{"your-root-session-id": s.root.session_id})
     )
@@ -307,7 +347,7 @@ async def test_ownership_query_returns_the_maps(
     )
     assert rows == [(s.child.session_id, {}, {s.child_call: s.child.pending[s.child_call].dump()})]
     # The map the store reads back is the one the runbook shows.
-    assert (await pg_store.get(s.root.session_id)).ownership == ownership
+    assert stored_state(migrated_pg_url, s.root.session_id).ownership == ownership
 
 
 async def test_ownership_query_on_sqlite(
@@ -325,12 +365,10 @@ async def test_ownership_query_on_sqlite(
     assert json.loads(pending) == {s.root_call: s.root.pending[s.root_call].dump()}
 
 
-async def test_ownership_query_for_unknown_session_is_empty(
-    pg_seeded: Seeded, migrated_pg_url: str
-) -> None:
+def test_ownership_query_for_unknown_session_is_empty(pg_world: World) -> None:
     """A root id that does not exist returns no row (the submit_unknown root_state_not_found case)."""
     sql = fill(OWNERSHIP_POSTGRES, **{"your-root-session-id": "no-such-session"})
-    assert pg_query(migrated_pg_url, sql) == []
+    assert pg_query(pg_world.url, sql) == []
 
 
 # -- Duplicate tool results -----------------------------------------------------------------
@@ -432,9 +470,9 @@ async def test_remedy_keeps_the_lowest_id_when_duplicates_exist(
 # -- Usage aggregations ---------------------------------------------------------------------
 
 
-async def test_timeout_rate_per_tool(pg_seeded: Seeded, migrated_pg_url: str) -> None:
+def test_timeout_rate_per_tool(pg_world: World) -> None:
     """timeout_pct is timeouts / waits of the last hour per tool, rounded to 2 places."""
-    rows = pg_query(migrated_pg_url, TIMEOUT_RATE)
+    rows = pg_query(pg_world.url, TIMEOUT_RATE)
     expected = {
         tool: (
             len(waits),
@@ -453,9 +491,9 @@ async def test_timeout_rate_per_tool(pg_seeded: Seeded, migrated_pg_url: str) ->
     assert pcts == sorted(pcts, reverse=True)
 
 
-async def test_wait_percentiles_per_tool(pg_seeded: Seeded, migrated_pg_url: str) -> None:
+def test_wait_percentiles_per_tool(pg_world: World) -> None:
     """p50/p95 equal percentile_cont computed over the last hour's waits of each tool."""
-    rows = pg_query(migrated_pg_url, WAIT_PERCENTILES)
+    rows = pg_query(pg_world.url, WAIT_PERCENTILES)
     expected = [
         (tool, percentile_cont(waits, 0.5), percentile_cont(waits, 0.95), len(waits))
         for tool, waits in RECENT_WAITS.items()
@@ -472,8 +510,9 @@ async def test_wait_percentiles_per_tool(pg_seeded: Seeded, migrated_pg_url: str
     assert geo[1] == 48.0
 
 
-async def test_old_rows_are_excluded(pg_seeded: Seeded, migrated_pg_url: str) -> None:
+def test_old_rows_are_excluded(pg_world: World) -> None:
     """Rows older than an hour are in the table but in no answer."""
+    migrated_pg_url = pg_world.url
     with psycopg.connect(migrated_pg_url) as conn:
         stored = conn.execute(
             "SELECT source_type, source_name, COUNT(*) FROM __agents_usage"

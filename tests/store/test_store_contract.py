@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 import sqlalchemy as sa
-from store_builders import now_ms, pending_call, session
 
 from helix_dbos.core.events import event
 from helix_dbos.core.messages import Message, ToolCall
@@ -14,6 +13,7 @@ from helix_dbos.core.session import SessionState, Tombstone
 from helix_dbos.errors import SessionNotFoundError, StaleStateError, StateSizeExceededError
 from helix_dbos.store.schema import usage
 from helix_dbos.store.store import SessionStore
+from tests.store.store_builders import now_ms, pending_call, session
 
 # -- sessions -------------------------------------------------------------------------------
 

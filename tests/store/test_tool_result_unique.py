@@ -10,11 +10,11 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from store_builders import session
 
 from helix_dbos.config import parse_database_url
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.store.store import SessionStore
+from tests.store.store_builders import session
 
 
 def tool_result(call_id: str, value: object = "ok") -> Message:

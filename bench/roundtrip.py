@@ -1,0 +1,212 @@
+"""Benchmark: the in-process client-tool round trip, against a raw DBOS workflow of the same
+shape (model step, park on recv, submit, model step), measured in the same run.
+
+Reports suspend and resume p50/p95 (ms), sessions/s at concurrency 1 and 16, RSS per parked
+session with N parked, and Postgres transactions per round trip (xact_commit delta).
+
+    .venv/bin/python bench/roundtrip.py [--iterations 200] [--parked 1000]
+
+It creates and drops its own database on the local Postgres (HELIX_TEST_PG_URL, an admin URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from dbos import DBOS, SetWorkflowID
+from pydantic import BaseModel
+
+from helix_dbos.config import HelixSettings
+from helix_dbos.core import define_agent, define_tool
+from helix_dbos.core.llm import LLMRequest, LLMResponse
+from helix_dbos.llm.scripted import ScriptedLLM, call, reply
+from helix_dbos.runtime import AgentRuntime
+
+ADMIN = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+class In(BaseModel):
+    text: str
+
+
+class Out(BaseModel):
+    applied: int
+
+
+def script(request: LLMRequest) -> LLMResponse:
+    if request.messages[-1].role == "user":
+        return call(request, ("edit", {"text": "x"}))
+    return reply("done")
+
+
+AGENT = define_agent("bench", llm=ScriptedLLM(script), tools=[
+    define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=600)])
+
+_raw_parked: set[str] = set()
+
+
+@DBOS.step(name="bench.raw.model")
+async def raw_model(i: int) -> dict[str, Any]:
+    return {"toolCallId": f"tc-{i}"}
+
+
+@DBOS.workflow(name="bench.raw.turn")
+async def raw_turn(i: int) -> Any:
+    first = await raw_model(i)
+    wid = DBOS.workflow_id or ""
+    _raw_parked.add(wid)
+    try:
+        answer = await DBOS.recv_async(first["toolCallId"], timeout_seconds=600)
+    finally:
+        _raw_parked.discard(wid)
+    await raw_model(i + 1)
+    return answer
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 2 else max(values)
+
+
+async def wait_in(container: set[str] | Any, key: str) -> None:
+    while key not in container:
+        await asyncio.sleep(0.0002)
+
+
+def xacts(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def helix_round_trip(rt: AgentRuntime) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    handle = await rt.start("bench", "go")
+    await wait_in(rt.ctx.parked, handle.workflow_id or "")
+    t1 = time.perf_counter()
+    state = await rt.session(handle.session_id)
+    (tcid,) = state.pending
+    t2 = time.perf_counter()
+    await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
+    await handle.result()
+    t3 = time.perf_counter()
+    return (t1 - t0) * 1000, (t3 - t2) * 1000
+
+
+async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float]:
+    i = uuid.uuid4().int % 10**9
+    wid = f"raw-{uuid.uuid4().hex}"
+    t0 = time.perf_counter()
+    with SetWorkflowID(wid):
+        handle = await DBOS.start_workflow_async(raw_turn, i)
+    await wait_in(_raw_parked, wid)
+    t1 = time.perf_counter()
+    await DBOS.send_async(wid, {"applied": 1}, topic=f"tc-{i}", idempotency_key=f"{wid}:tc")
+    await handle.get_result()
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1000, (t2 - t1) * 1000
+
+
+async def latency(fn: Any, rt: AgentRuntime, n: int) -> dict[str, float]:
+    for _ in range(10):
+        await fn(rt)
+    sus, res = [], []
+    for _ in range(n):
+        s, r = await fn(rt)
+        sus.append(s)
+        res.append(r)
+    return {"suspend_p50": statistics.median(sus), "suspend_p95": pct(sus, 95),
+            "resume_p50": statistics.median(res), "resume_p95": pct(res, 95)}
+
+
+async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) -> float:
+    queue = list(range(total))
+
+    async def worker() -> None:
+        while queue:
+            queue.pop()
+            await fn(rt)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    return total / (time.perf_counter() - t0)
+
+
+async def parked_rss(kind: str, rt: AgentRuntime, n: int) -> float:
+    before = rss_kib()
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem:
+            if kind == "helix":
+                handle = await rt.start("bench", "go")
+                await wait_in(rt.ctx.parked, handle.workflow_id or "")
+            else:
+                wid = f"rawpark-{uuid.uuid4().hex}"
+                with SetWorkflowID(wid):
+                    await DBOS.start_workflow_async(raw_turn, 10**9 + i)
+                await wait_in(_raw_parked, wid)
+
+    await asyncio.gather(*[one(i) for i in range(n)])
+    return (rss_kib() - before) / n
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--throughput", type=int, default=200)
+    parser.add_argument("--parked", type=int, default=1000)
+    args = parser.parse_args()
+    name = f"helix_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = ADMIN.rpartition("/")[0] + "/" + name
+    rt = AgentRuntime([AGENT], HelixSettings(database_url=url, executor_id="bench",
+                                             application_version="bench"))
+    await rt.launch()
+    report: dict[str, Any] = {}
+    try:
+        for label, fn in (("raw_dbos", raw_round_trip), ("helix", helix_round_trip)):
+            x0 = xacts(url)
+            lat = await latency(fn, rt, args.iterations)
+            lat["pg_xacts_per_round_trip"] = (xacts(url) - x0) / (args.iterations + 10)
+            for c in (1, 16):
+                lat[f"sessions_per_s_c{c}"] = await throughput(fn, rt, c, args.throughput)
+            report[label] = lat
+        for label in ("raw_dbos", "helix"):
+            report[label]["rss_kib_per_parked"] = await parked_rss(
+                "raw" if label == "raw_dbos" else "helix", rt, args.parked)
+        report["ratios_helix_over_raw"] = {
+            k: report["helix"][k] / report["raw_dbos"][k]
+            for k in report["helix"] if report["raw_dbos"].get(k)
+        }
+    finally:
+        await rt.shutdown()
+        with psycopg.connect(ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(json.dumps(report, indent=2, default=lambda v: round(v, 2)))
+    for label, values in report.items():
+        print(label, {k: round(v, 2) for k, v in values.items()})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

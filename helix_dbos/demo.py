@@ -1,0 +1,184 @@
+"""Demo agents on the scripted model: they run without a network or an API key.
+
+``editor`` answers any message by asking the client to apply edits (the client tool
+``editContent``), then says how many edits were applied. When the message asks to publish, it
+then calls ``publishDocument``, a server tool that runs only after a human approves it, and
+reports the outcome. Failures (a client error, a deadline, a denial) are reported in words.
+
+Message conventions the script understands::
+
+    replace "old" with "new"      one edit per such phrase (otherwise one edit of the whole text)
+    publish [document <id>]       publish afterwards (document id ``doc-1`` unless named)
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from .core.agents import Agent, define_agent
+from .core.llm import LLMRequest, LLMResponse
+from .core.messages import Message
+from .core.tools import Tool, define_tool
+from .llm.scripted import ScriptedLLM, call, reply
+
+__all__ = [
+    "EDITOR_AGENT",
+    "Edit",
+    "EditContentInput",
+    "EditContentOutput",
+    "PublishDocumentInput",
+    "PublishDocumentOutput",
+    "demo_agents",
+    "editor_agent",
+]
+
+EDITOR_AGENT = "editor"
+
+_REPLACE = re.compile(
+    r"""replace\s+(["'])(?P<old>.+?)\1\s+with\s+(["'])(?P<new>.*?)\3""", re.IGNORECASE
+)
+_PUBLISH = re.compile(r"\bpublish", re.IGNORECASE)
+_DOCUMENT = re.compile(r"\bdocument\s+(?P<id>[\w.-]+)", re.IGNORECASE)
+
+
+class Edit(BaseModel):
+    """One edit: replace what ``selector`` matches with ``replacement``."""
+
+    selector: str
+    replacement: str
+
+
+class EditContentInput(BaseModel):
+    """The edits the client applies to its live document."""
+
+    edits: list[Edit] = Field(min_length=1)
+
+
+class EditContentOutput(BaseModel):
+    """What the client reports back."""
+
+    applied: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    newVersionId: str | None = None
+
+
+class PublishDocumentInput(BaseModel):
+    """The document to publish."""
+
+    documentId: str = Field(min_length=1)
+
+
+class PublishDocumentOutput(BaseModel):
+    """Where the document was published."""
+
+    published: bool
+    url: str
+
+
+def _publish(args: PublishDocumentInput) -> PublishDocumentOutput:
+    return PublishDocumentOutput(published=True, url=f"https://docs.example.com/{args.documentId}")
+
+
+EDIT_CONTENT: Tool = define_tool(
+    "editContent",
+    "Apply edits to the document open in the user's editor (runs in the browser).",
+    EditContentInput,
+    EditContentOutput,
+    execute="client",
+)
+PUBLISH_DOCUMENT: Tool = define_tool(
+    "publishDocument",
+    "Publish the document. A human must approve it first.",
+    PublishDocumentInput,
+    PublishDocumentOutput,
+    execute=_publish,
+    require_approval=True,
+)
+
+
+def edits_for(message: str) -> list[dict[str, str]]:
+    """The edits a message asks for: each ``replace "a" with "b"``, else the whole text."""
+    edits = [
+        {"selector": m.group("old"), "replacement": m.group("new")}
+        for m in _REPLACE.finditer(message)
+    ]
+    return edits or [{"selector": "document", "replacement": message.strip() or "(empty)"}]
+
+
+def _last_user_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.content
+    return ""
+
+
+def _latest_tool(messages: list[Message], name: str) -> Message | None:
+    # Only this turn's results count: stop at the user message that opened it.
+    for message in reversed(messages):
+        if message.role == "user":
+            return None
+        if message.role == "tool" and message.tool_name == name:
+            return message
+    return None
+
+
+def _plural(n: int) -> str:
+    return "edit" if n == 1 else "edits"
+
+
+def _edit_outcome(result: Message) -> tuple[str, bool]:
+    """The sentence about the edits, and whether they were applied at all."""
+    if result.is_error:
+        return f"The edits were not applied: {result.content}", False
+    data = result.result if isinstance(result.result, dict) else {}
+    applied = int(data.get("applied", 0))
+    failed = int(data.get("failed", 0))
+    text = f"Applied {applied} {_plural(applied)}."
+    if failed:
+        text += f" {failed} {_plural(failed)} failed."
+    return text, True
+
+
+def editor_script(request: LLMRequest) -> LLMResponse:
+    """The editor's deterministic "model": a function of the conversation."""
+    messages = request.messages
+    last = messages[-1] if messages else None
+    user_text = _last_user_text(messages)
+    if last is None or last.role == "user":
+        return call(request, ("editContent", {"edits": edits_for(user_text)}))
+    edit = _latest_tool(messages, "editContent")
+    if edit is None:
+        return reply("I could not apply the edits.")
+    edit_text, applied = _edit_outcome(edit)
+    if not _PUBLISH.search(user_text):
+        return reply(edit_text)
+    publish = _latest_tool(messages, "publishDocument")
+    if publish is None:
+        if not applied:
+            return reply(f"{edit_text} Nothing was published.")
+        match = _DOCUMENT.search(user_text)
+        document_id = match.group("id") if match else "doc-1"
+        return call(request, ("publishDocument", {"documentId": document_id}), text=edit_text)
+    if publish.is_error:
+        return reply(f"{edit_text} The document was not published: {publish.content}")
+    url = publish.result.get("url", "") if isinstance(publish.result, dict) else ""
+    return reply(f"{edit_text} Published the document at {url}.")
+
+
+def editor_agent(*, client_tool_timeout: float | None = None) -> Agent:
+    """The ``editor`` demo agent (a fresh scripted model each call)."""
+    return define_agent(
+        EDITOR_AGENT,
+        llm=ScriptedLLM(editor_script, name="scripted-editor"),
+        instructions="You edit the user's document with editContent and publish it with "
+        "publishDocument when asked.",
+        tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],
+        client_tool_timeout=client_tool_timeout,
+    )
+
+
+def demo_agents(*, client_tool_timeout: float | None = None) -> list[Agent]:
+    """Every demo agent, for ``AgentRuntime(demo_agents())`` and the standalone server."""
+    return [editor_agent(client_tool_timeout=client_tool_timeout)]

@@ -1,0 +1,104 @@
+"""The standalone agent server, and the lifespan helper for embedding the router.
+
+``lifespan_for(runtime)`` launches the runtime when the app starts and shuts it down when the
+app stops (DBOS is launched once per process). ``create_app`` builds the standalone server:
+the demo agents unless given a runtime, session tokens when ``HELIX_AUTH_SECRET`` is set, and
+a refusal to build without authentication unless ``allow_unauthenticated=True``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from .. import __version__
+from ..config import HelixSettings
+from ..demo import demo_agents
+from ..runtime.runtime import AgentRuntime
+from .auth import AuthHook, TokenIssuer, session_token_auth
+from .errors import install_error_handlers
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT
+from .router import create_router
+
+__all__ = ["AUTH_SECRET_ENV", "create_app", "lifespan_for"]
+
+#: The environment variable holding the session-token secret of the standalone server.
+AUTH_SECRET_ENV = "HELIX_AUTH_SECRET"
+
+
+def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """A FastAPI ``lifespan`` that launches ``runtime`` on startup and shuts it down after.
+
+    Use it as ``FastAPI(lifespan=lifespan_for(runtime))``, or enter it from your own
+    lifespan: ``async with lifespan_for(runtime)(app): yield``.
+    """
+
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        await runtime.launch()
+        try:
+            yield
+        finally:
+            await runtime.shutdown()
+
+    return lifespan
+
+
+def create_app(
+    runtime: AgentRuntime | None = None,
+    *,
+    settings: HelixSettings | None = None,
+    allow_unauthenticated: bool = False,
+    auth_secret: str | None = None,
+    token_ttl_seconds: float = 3600,
+    service_name: str | None = None,
+    rate_limit_per_minute: int | None = DEFAULT_SUBMIT_RATE_LIMIT,
+    verbose_validation_errors: bool = False,
+) -> FastAPI:
+    """The standalone agent server.
+
+    Args:
+        runtime: the runtime to serve; default: the demo agents on ``settings``.
+        settings: the runtime's settings when no runtime is given (default: from the
+            ``HELIX_*`` environment; the database is ``HELIX_DATABASE_URL``, else the embedded
+            SQLite file).
+        allow_unauthenticated: serve without authentication when no secret is configured.
+        auth_secret: the session-token secret; default ``HELIX_AUTH_SECRET``. With it,
+            ``/start`` answers a token and every other call must carry it.
+        token_ttl_seconds: how long a session token is valid.
+        service_name: tags the log events and the unauthenticated warning.
+        rate_limit_per_minute: submits per minute per session (``None``: no limit).
+        verbose_validation_errors: validation details in the 400 answers (development only).
+
+    Raises:
+        ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes).
+    """
+    secret = auth_secret if auth_secret is not None else os.environ.get(AUTH_SECRET_ENV) or None
+    if runtime is None:
+        runtime = AgentRuntime(
+            demo_agents(), settings or HelixSettings.from_env(), service_name=service_name
+        )
+    authenticate: AuthHook | None = None
+    issuer: TokenIssuer | None = None
+    if secret:
+        authenticate, issuer = session_token_auth(secret, token_ttl_seconds)
+    router = create_router(
+        runtime,
+        authenticate=authenticate,
+        allow_unauthenticated=allow_unauthenticated and authenticate is None,
+        service_name=service_name,
+        verbose_validation_errors=verbose_validation_errors,
+        rate_limit_per_minute=rate_limit_per_minute,
+        token_issuer=issuer,
+    )
+    app = FastAPI(
+        title="helix-dbos agent server", version=__version__, lifespan=lifespan_for(runtime)
+    )
+    install_error_handlers(app)
+    app.include_router(router)
+    app.state.runtime = runtime
+    return app

@@ -1,0 +1,222 @@
+"""The authenticate hook, and a ready-made one: short-lived session-bound HMAC tokens.
+
+The hook runs before every route's handler with the request and the operation name
+(``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``).
+It returns ``True`` (accept), ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (a
+custom refusal, e.g. 403). It may be sync or async. Anything else refuses (fail closed).
+
+Before the hook runs, the router has read and parsed the body: ``request_session_id(request)``
+is the session the request names (body ``sessionId``, query ``sessionId`` or the chat path's
+id) and ``request_body(request)`` the parsed JSON, so a hook can bind a credential to a session.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from ..errors import AuthError, ConfigError
+
+__all__ = [
+    "OPERATIONS",
+    "AuthHook",
+    "AuthResult",
+    "SessionTokens",
+    "TokenIssuer",
+    "request_body",
+    "request_session_id",
+    "run_authenticate",
+    "session_token_auth",
+]
+
+#: The operation names the hook receives.
+OPERATIONS = ("start", "resume", "sse", "status", "interrupt", "abort", "submit-tool-result")
+
+AuthResult = bool | Mapping[str, Any]
+"""``True``, ``False`` or ``{"error": str, "status": int}``."""
+AuthHook = Callable[[Request, str], AuthResult | Awaitable[AuthResult]]
+"""``authenticate(request, operation)``, sync or async."""
+TokenIssuer = Callable[[str], str]
+"""``issue(session_id) -> token``: called by ``/start`` for the session it returns."""
+
+_SESSION_KEY = "helix_session_id"
+_BODY_KEY = "helix_body"
+
+
+def request_session_id(request: Request) -> str | None:
+    """The session the request names, as the router found it before authentication."""
+    value = getattr(request.state, _SESSION_KEY, None)
+    return value if isinstance(value, str) else None
+
+
+def request_body(request: Request) -> Any:
+    """The request's parsed JSON body (``None`` for a GET or an unparsable body)."""
+    return getattr(request.state, _BODY_KEY, None)
+
+
+def set_request_context(request: Request, session_id: str | None, body: Any) -> None:
+    """Record what the hook may read (the router calls this before ``run_authenticate``)."""
+    setattr(request.state, _SESSION_KEY, session_id)
+    setattr(request.state, _BODY_KEY, body)
+
+
+async def run_authenticate(hook: AuthHook | None, request: Request, operation: str) -> None:
+    """Run the hook; a refusal raises.
+
+    Raises:
+        AuthError: the hook returned ``False`` (401), ``{error, status}`` (that status, a 4xx;
+            anything else is answered 401), or anything that is not ``True``.
+    """
+    if hook is None:
+        return
+    outcome = hook(request, operation)
+    if inspect.isawaitable(outcome):
+        outcome = await outcome
+    if outcome is True:
+        return
+    if isinstance(outcome, Mapping):
+        status = outcome.get("status", 401)
+        if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status < 500:
+            status = 401
+        error = outcome.get("error")
+        raise AuthError(
+            error if isinstance(error, str) and error else "Unauthorized", status=status
+        )
+    # False, None or anything unexpected: refuse without saying why.
+    raise AuthError("Unauthorized", status=401)
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class SessionTokens:
+    """Short-lived HMAC-SHA256 tokens bound to one session.
+
+    A token is ``base64url(payload) + "." + base64url(hmac(secret, payload))`` where the
+    payload is ``{"sid": sessionId, "exp": epoch seconds}``. It proves the holder started (or
+    was handed) that session; it authorizes nothing about any other session.
+
+    Args:
+        secret: the signing key, at least 32 bytes (a random value from a secret store).
+        ttl_seconds: how long an issued token is valid.
+        authorize_start: optional hook for ``/start`` without a ``sessionId`` (a new session),
+            for example your user authentication. Without it anyone who can reach the server
+            may start new sessions (they never reach an existing one).
+        clock: seconds since the epoch (tests pass their own).
+
+    Raises:
+        ConfigError: the secret is too short, or the ttl is not positive.
+    """
+
+    def __init__(
+        self,
+        secret: str | bytes,
+        ttl_seconds: float = 3600,
+        *,
+        authorize_start: AuthHook | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        key = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        if len(key) < 32:
+            raise ConfigError("The session-token secret must be at least 32 bytes")
+        if not ttl_seconds > 0:
+            raise ConfigError("ttl_seconds must be > 0")
+        self._key = key
+        self.ttl_seconds = float(ttl_seconds)
+        self._authorize_start = authorize_start
+        self._clock = clock
+
+    def _sign(self, payload: str) -> str:
+        return _b64(hmac.new(self._key, payload.encode("ascii"), hashlib.sha256).digest())
+
+    def issue(self, session_id: str, *, expires_at: float | None = None) -> str:
+        """A token for ``session_id``, valid for ``ttl_seconds`` (or until ``expires_at``)."""
+        exp = int(expires_at if expires_at is not None else self._clock() + self.ttl_seconds)
+        payload = _b64(json.dumps({"sid": session_id, "exp": exp}, separators=(",", ":")).encode())
+        return f"{payload}.{self._sign(payload)}"
+
+    def verify(self, token: str) -> str | None:
+        """The session a valid, unexpired token is bound to; ``None`` for anything else."""
+        payload, sep, signature = token.partition(".")
+        if not sep or not payload or not signature or not payload.isascii():
+            return None
+        # Constant-time comparison: the check leaks nothing about the right signature.
+        if not hmac.compare_digest(self._sign(payload), signature):
+            return None
+        try:
+            claims = json.loads(_unb64(payload))
+        except ValueError:
+            return None
+        if not isinstance(claims, dict):
+            return None
+        sid, exp = claims.get("sid"), claims.get("exp")
+        if not isinstance(sid, str) or not isinstance(exp, int) or exp <= self._clock():
+            return None
+        return sid
+
+    @staticmethod
+    def token_of(request: Request) -> str | None:
+        """The bearer token: ``Authorization: Bearer <token>``, or ``?token=`` on a GET
+        (a browser's EventSource cannot set headers)."""
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        if request.method == "GET":
+            return request.query_params.get("token") or None
+        return None
+
+    async def authenticate(self, request: Request, operation: str) -> AuthResult:
+        """The hook: a valid token for the session the request names, else 401 / 403."""
+        session_id = request_session_id(request)
+        token = self.token_of(request)
+        if operation == "start" and session_id is None and token is None:
+            # A brand-new session: nothing to bind yet.
+            if self._authorize_start is None:
+                return True
+            outcome = self._authorize_start(request, operation)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+        if token is None:
+            return {"error": "A session token is required", "status": 401}
+        bound = self.verify(token)
+        if bound is None:
+            return {"error": "The session token is invalid or expired", "status": 401}
+        if operation == "start" and session_id is None:
+            # A token holder starting a new session is treated like anyone else.
+            if self._authorize_start is None:
+                return True
+            outcome = self._authorize_start(request, operation)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+        if session_id is not None and session_id != bound:
+            return {"error": "The session token is for another session", "status": 403}
+        # session_id None: the body is unreadable; validation answers it next.
+        return True
+
+
+def session_token_auth(
+    secret: str | bytes,
+    ttl_seconds: float = 3600,
+    *,
+    authorize_start: AuthHook | None = None,
+) -> tuple[AuthHook, TokenIssuer]:
+    """A ready-made ``(authenticate, issue)`` pair for ``create_router``.
+
+    ``/start`` answers a token bound to its session; every later call for that session sends
+    it (``Authorization: Bearer``). A call for another session is 403; a missing, invalid or
+    expired token is 401. See ``SessionTokens`` for the arguments.
+    """
+    tokens = SessionTokens(secret, ttl_seconds, authorize_start=authorize_start)
+    return tokens.authenticate, tokens.issue

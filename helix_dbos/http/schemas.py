@@ -1,0 +1,240 @@
+"""Request and response models of the HTTP API (the wire is camelCase JSON).
+
+Request models are strict and forbid unknown keys: a typo in a field name is refused rather
+than silently ignored. Bodies are parsed from raw bytes by the router (see ``body.py``) and then
+validated against these models, so every refusal is a typed error body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "ControlRequest",
+    "ControlResponse",
+    "ErrorBody",
+    "PendingToolCallView",
+    "ResumeRequest",
+    "StartRequest",
+    "StartResponse",
+    "StatusResponse",
+    "SubmitAnswerBody",
+    "SubmitContinuationBody",
+    "SubmitToolResultRequest",
+    "TurnResponse",
+    "UnknownToolCallBody",
+]
+
+# Ids end up in SQL parameters, workflow ids and log lines: printable text, bounded length.
+# (Postgres refuses NUL in text; control characters have no place in an id.)
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+"""A session, tool-call, approval or agent id."""
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=False, extra="forbid", strict=True
+    )
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+class StartRequest(_Request):
+    """``POST /start``: a new session, or the next turn of an ended session."""
+
+    agent_type: Identifier
+    """The registered agent to run."""
+    message: str
+    """The user's message."""
+    session_id: Identifier | None = None
+    """An existing session to continue; omitted, the server makes a new id."""
+
+
+class ResumeRequest(_Request):
+    """``POST /resume``: continue a parked session, or deliver a new message over it."""
+
+    session_id: Identifier
+    mode: Literal["continue", "with_message"] = "continue"
+    """``continue`` adopts the continuation of a complete batch; ``with_message`` sends
+    ``message`` as the next user message."""
+    message: str | None = None
+    """Required with ``with_message``; refused with ``continue``."""
+    abandon_pending: bool = False
+    """With ``with_message``: answer every unanswered call ``client_tool_abandoned``."""
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> ResumeRequest:
+        if self.mode == "with_message" and self.message is None:
+            raise ValueError("with_message needs a message")
+        if self.mode == "continue" and (self.message is not None or self.abandon_pending):
+            raise ValueError("continue takes no message and no abandonPending")
+        return self
+
+
+class ControlRequest(_Request):
+    """``POST /interrupt`` and ``POST /abort``."""
+
+    session_id: Identifier
+    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    """For an abort: recorded in the session's error (``framework_cancelled``)."""
+
+
+class SubmitToolResultRequest(_Request):
+    """``POST /submit-tool-result``: a client tool's answer or a human's approval decision.
+
+    ``kind`` selects the variant. ``client-tool-result`` (the default) carries exactly one of
+    ``result`` (any JSON, ``null`` included) or ``error``. ``approval-response`` carries
+    ``approvalId`` (from the ``tool_approval_request`` event) and ``approved``, optionally
+    ``reason``, ``editedInput`` (approved arguments that replace the model's) and ``input``
+    (the arguments the human was shown; the approval is refused if they are not the call's).
+    """
+
+    kind: Literal["client-tool-result", "approval-response"] = "client-tool-result"
+    session_id: Identifier
+    """The ROOT session (a sub-agent's call is routed to its owner)."""
+    tool_call_id: Identifier
+    result: Any = None
+    error: str | None = None
+    approval_id: Identifier | None = None
+    approved: bool | None = None
+    reason: str | None = None
+    edited_input: dict[str, Any] | None = None
+    input: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _variant(self) -> SubmitToolResultRequest:
+        has_result = "result" in self.model_fields_set
+        approval_fields = (
+            self.approval_id,
+            self.approved,
+            self.reason,
+            self.edited_input,
+            self.input,
+        )
+        if self.kind == "client-tool-result":
+            if has_result == (self.error is not None):
+                raise ValueError("a client-tool-result carries exactly one of result or error")
+            if any(f is not None for f in approval_fields):
+                raise ValueError("approval fields belong to an approval-response")
+        else:
+            if self.approval_id is None or self.approved is None:
+                raise ValueError("an approval-response needs approvalId and approved")
+            if has_result or self.error is not None:
+                raise ValueError("an approval-response carries no result or error")
+        return self
+
+    @property
+    def has_result(self) -> bool:
+        """Whether ``result`` was given (``null`` is a valid result)."""
+        return "result" in self.model_fields_set
+
+
+class ChatSubmitToolResultRequest(SubmitToolResultRequest):
+    """``POST /chat/{id}/submit-tool-result``: the session is the path's ``id``."""
+
+    session_id: Identifier | None = None  # type: ignore[assignment]
+    """Optional here; when given it must equal the path's id."""
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+class ErrorBody(_Response):
+    """Every refusal: ``{error, code, retryable, ...}`` plus the error's typed fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    """A human-readable message (fixed for validation errors: it never reveals a schema)."""
+    code: str
+    """The stable machine code (``validation_error``, ``state_run_superseded``, ...)."""
+    retryable: bool
+    """Whether the same request may succeed later unchanged."""
+
+
+class TurnResponse(_Response):
+    """``{sessionId, runId}``: the run an entry started (or adopted)."""
+
+    session_id: str
+    run_id: str
+
+
+class StartResponse(TurnResponse):
+    """``/start``'s answer; ``token`` is present when session tokens are enabled."""
+
+    token: str | None = None
+    """A short-lived token bound to ``sessionId``: send it as ``Authorization: Bearer``."""
+
+
+class PendingToolCallView(_Response):
+    """One call a session waits on (sub-agents' calls are listed on the root)."""
+
+    tool_call_id: str
+    tool_name: str
+    input: dict[str, Any]
+    deadline_at: int
+    """Epoch milliseconds."""
+    kind: Literal["client", "approval"]
+    owner_session_id: str
+    approval_id: str | None = None
+    submitted_at: int | None = None
+    """Set once an answer is stored (the turn has not consumed it yet)."""
+
+
+class StatusResponse(_Response):
+    """``GET /status``."""
+
+    session_id: str
+    status: Literal[
+        "idle", "running", "suspended_client_tool", "completed", "failed", "interrupted"
+    ]
+    run_id: str | None
+    pending_tool_calls: list[PendingToolCallView]
+    error: dict[str, Any] | None = None
+
+
+class ControlResponse(_Response):
+    """``/interrupt`` and ``/abort``: the session after the stop."""
+
+    session_id: str
+    status: str
+    run_id: str | None
+
+
+class SubmitContinuationBody(_Response):
+    """What a stored answer caused (``new_run`` carries the continuing run)."""
+
+    kind: Literal["awaiting_batch", "new_run", "consumed", "caller_resumes", "deferred"]
+    run_id: str | None = None
+
+
+class SubmitAnswerBody(_Response):
+    """200 ``accepted`` or ``already_completed``, each with its continuation."""
+
+    status: Literal["accepted", "already_completed"]
+    continuation: SubmitContinuationBody
+    tool_call_id: str | None = None
+
+
+class UnknownToolCallBody(_Response):
+    """404: no pending call matches (``reason`` ``run_stopped`` after a stop).
+
+    ``status`` is the seed's field; ``error``/``code``/``retryable`` make it a typed refusal too.
+    """
+
+    status: Literal["unknown_tool_call"]
+    reason: str | None = None
+    tool_call_id: str | None = None
+    error: str
+    code: Literal["unknown_tool_call"]
+    retryable: bool

@@ -1,0 +1,114 @@
+"""Serving a session's durable event stream as Server-Sent Events.
+
+Each stored event is one frame: ``id: <sequence>`` and ``data: <event JSON>`` (its ``type`` is
+inside the JSON, so a browser's ``EventSource.onmessage`` sees every event). A client resumes
+with ``Last-Event-ID`` (sent automatically by ``EventSource``) or ``?fromSequence=N`` and gets
+exactly the events after the point it names: the store's sequence is gap-free and ordered, so
+there is no loss and no repetition.
+
+The stream polls the store and ends when there is nothing more to wait for: the turn has
+ended, or it is parked on calls that have no answer yet. Every state change commits in the
+same transaction as its events, and the status is read before the last events read, so an
+empty read after such a status means the client has everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..runtime.runtime import AgentRuntime
+from ..store.store import now_ms
+
+__all__ = ["POLL_SECONDS", "event_stream", "frame"]
+
+#: How often an open stream polls the store for new events.
+POLL_SECONDS = 0.05
+#: A comment frame keeps idle connections (and proxies) from timing out.
+HEARTBEAT_SECONDS = 15.0
+
+_ENDED = frozenset({"idle", "completed", "failed", "interrupted"})
+
+
+def frame(data: dict[str, Any], event_id: int | None = None) -> bytes:
+    """One SSE frame (``json.dumps`` escapes newlines, so ``data`` is one line)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _waiting(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in view["pendingToolCalls"] if p.get("submittedAt") is None]
+
+
+def _parked(view: dict[str, Any]) -> bool:
+    """Parked: the turn waits on at least one unanswered call whose deadline is ahead.
+
+    When every call is answered (or every missing answer has lapsed) the turn continues on
+    its own, so the stream keeps waiting for its events.
+    """
+    if view["status"] != "suspended_client_tool":
+        return False
+    at = now_ms()
+    return any(p["deadlineAt"] > at for p in _waiting(view))
+
+
+async def _message_waiting(runtime: AgentRuntime, session_id: str) -> bool:
+    # A new message delivered over the pending calls (resume with_message) wakes the parked
+    # turn although its calls look unanswered: the runtime stashes it on the session first.
+    state = await runtime.session(session_id)
+    return "entryInput" in state.metadata
+
+
+async def event_stream(
+    runtime: AgentRuntime,
+    session_id: str,
+    after: int,
+    *,
+    resend_pending: bool,
+    poll_seconds: float = POLL_SECONDS,
+) -> AsyncIterator[bytes]:
+    """Yield the session's events after sequence ``after`` until the turn ends or parks.
+
+    With ``resend_pending`` (a reconnect), a ``pending`` frame without an id first lists the
+    calls the session still waits on, so a client that missed their ``tool_start`` /
+    ``tool_approval_request`` can answer them.
+    """
+    if resend_pending:
+        view = await runtime.status(session_id)
+        waiting = _waiting(view)
+        if waiting and view["status"] not in _ENDED:
+            yield frame(
+                {
+                    "type": "pending",
+                    "sessionId": session_id,
+                    "runId": view["runId"],
+                    "data": {"toolCalls": waiting},
+                }
+            )
+    loop = asyncio.get_running_loop()
+    last_sent = loop.time()
+    while True:
+        batch = await runtime.events(session_id, after)
+        if not batch:
+            # Everything that decides the end is read BEFORE the events: a status (and the
+            # stash a new message leaves) commits together with its events, so an empty
+            # read after them means the client has every event up to that state.
+            view = await runtime.status(session_id)
+            done = view["status"] in _ENDED or (
+                _parked(view) and not await _message_waiting(runtime, session_id)
+            )
+            batch = await runtime.events(session_id, after)
+            if not batch:
+                if done:
+                    return
+                if loop.time() - last_sent >= HEARTBEAT_SECONDS:
+                    last_sent = loop.time()
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(poll_seconds)
+                continue
+        for item in batch:
+            after = item.sequence
+            yield frame(item.dump(), item.sequence)
+        last_sent = loop.time()

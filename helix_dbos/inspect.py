@@ -1,0 +1,471 @@
+"""The operator's read model: recent sessions, and everything about one session.
+
+``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions. They only read:
+the session tables through the store, plus DBOS's ``workflow_status`` row of each turn, queried
+directly (``dbos.workflow_status`` on Postgres, ``workflow_status`` in the SQLite file), so no
+DBOS process is launched and nothing a running runtime owns is touched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .core.messages import Message
+from .core.session import PendingCall, SessionState, Tombstone
+from .store.store import SessionStore, now_ms
+
+__all__ = [
+    "SessionReport",
+    "SessionRow",
+    "TreeNode",
+    "WorkflowInfo",
+    "inspect_session",
+    "list_sessions",
+    "render_report",
+    "render_sessions",
+    "workflow_statuses",
+]
+
+
+def _param(store: SessionStore, name: str) -> str:
+    # Raw driver SQL: psycopg takes %(name)s, sqlite3 takes :name.
+    return f"%({name})s" if store.dialect == "postgresql" else f":{name}"
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _when(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat(timespec="seconds") if value else None
+
+
+def _iso_ms(ms: int | None) -> str | None:
+    return _iso(datetime.fromtimestamp(ms / 1000, UTC)) if ms is not None else None
+
+
+async def _rows(store: SessionStore, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async with store.transaction() as conn:
+        result = await conn.exec_driver_sql(sql, params)
+        return [dict(row._mapping) for row in result.fetchall()]
+
+
+# -- recent sessions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One line of ``helix-dbos sessions``."""
+
+    session_id: str
+    agent_type: str
+    status: str
+    run_id: str | None
+    root_session_id: str
+    parent_session_id: str | None
+    pending_calls: int
+    created_at: datetime | None
+    updated_at: datetime | None
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form (camelCase keys, ISO-8601 UTC times)."""
+        return {
+            "sessionId": self.session_id,
+            "agentType": self.agent_type,
+            "status": self.status,
+            "runId": self.run_id,
+            "rootSessionId": self.root_session_id,
+            "parentSessionId": self.parent_session_id,
+            "pendingCalls": self.pending_calls,
+            "createdAt": _iso(self.created_at),
+            "updatedAt": _iso(self.updated_at),
+        }
+
+
+async def list_sessions(
+    store: SessionStore,
+    *,
+    status: str | None = None,
+    agent_type: str | None = None,
+    limit: int = 20,
+) -> list[SessionRow]:
+    """The most recently updated sessions, newest first."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": limit}
+    if status:
+        where.append(f"status = {_param(store, 'status')}")
+        params["status"] = status
+    if agent_type:
+        where.append(f"agent_type = {_param(store, 'agent')}")
+        params["agent"] = agent_type
+    sql = (
+        "SELECT session_id, agent_type, status, run_id, root_session_id, parent_session_id,"
+        " pending_client_tool_calls, created_at, updated_at FROM __agents_states"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + f" ORDER BY updated_at DESC, session_id LIMIT {_param(store, 'limit')}"
+    )
+    return [
+        SessionRow(
+            session_id=r["session_id"],
+            agent_type=r["agent_type"],
+            status=r["status"],
+            run_id=r["run_id"],
+            root_session_id=r["root_session_id"],
+            parent_session_id=r["parent_session_id"],
+            pending_calls=len(_json(r["pending_client_tool_calls"]) or {}),
+            created_at=_when(r["created_at"]),
+            updated_at=_when(r["updated_at"]),
+        )
+        for r in await _rows(store, sql, params)
+    ]
+
+
+# -- DBOS's side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A turn's DBOS workflow, from its ``workflow_status`` row."""
+
+    workflow_id: str
+    status: str
+    executor_id: str | None
+    application_version: str | None
+    recovery_attempts: int
+    created_at: int | None
+    updated_at: int | None
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "workflowId": self.workflow_id,
+            "status": self.status,
+            "executorId": self.executor_id,
+            "applicationVersion": self.application_version,
+            "recoveryAttempts": self.recovery_attempts,
+            "createdAt": _iso_ms(self.created_at),
+            "updatedAt": _iso_ms(self.updated_at),
+        }
+
+
+async def workflow_statuses(
+    store: SessionStore, workflow_ids: Iterable[str]
+) -> dict[str, WorkflowInfo]:
+    """The DBOS status of each workflow that exists (none when DBOS's tables are missing)."""
+    ids = sorted(set(workflow_ids))
+    if not ids:
+        return {}
+    table = "dbos.workflow_status" if store.dialect == "postgresql" else "workflow_status"
+    names = [f"w{i}" for i in range(len(ids))]
+    sql = (
+        "SELECT workflow_uuid, status, executor_id, application_version, recovery_attempts,"
+        f" created_at, updated_at FROM {table} WHERE workflow_uuid IN"
+        f" ({', '.join(_param(store, n) for n in names)})"
+    )
+    try:
+        rows = await _rows(store, sql, dict(zip(names, ids, strict=True)))
+    except Exception:  # no DBOS system tables here yet: nothing to show
+        return {}
+    return {
+        r["workflow_uuid"]: WorkflowInfo(
+            workflow_id=r["workflow_uuid"],
+            status=r["status"],
+            executor_id=r["executor_id"],
+            application_version=r["application_version"],
+            recovery_attempts=int(r["recovery_attempts"] or 0),
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+        )
+        for r in rows
+    }
+
+
+# -- one session ----------------------------------------------------------------------------
+
+
+@dataclass
+class TreeNode:
+    """One session of a tree (root first), with its turn's workflow and its pending calls."""
+
+    session_id: str
+    agent_type: str
+    status: str
+    run_id: str | None
+    workflow: WorkflowInfo | None
+    pending: list[PendingCall]
+    children: list[TreeNode] = field(default_factory=list)
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form (children nested)."""
+        return {
+            "sessionId": self.session_id,
+            "agentType": self.agent_type,
+            "status": self.status,
+            "runId": self.run_id,
+            "workflowStatus": self.workflow.status if self.workflow else None,
+            "pendingToolCallIds": [p.tool_call_id for p in self.pending],
+            "children": [c.dump() for c in self.children],
+        }
+
+
+@dataclass
+class SessionReport:
+    """Everything ``helix-dbos inspect`` shows about one session."""
+
+    session: SessionState
+    root: SessionState
+    workflow: WorkflowInfo | None
+    pending: list[tuple[str, PendingCall]]
+    """``(owner session, call)`` for every pending call of the session's tree."""
+    messages: list[Message]
+    message_count: int
+    tree: TreeNode
+    at_ms: int
+
+    @property
+    def ownership(self) -> dict[str, str]:
+        """The root's routing map: ``toolCallId -> owning session``."""
+        return self.root.ownership
+
+    @property
+    def tombstones(self) -> dict[str, Tombstone]:
+        """The root's completed-call markers."""
+        return self.root.completed
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form."""
+        s = self.session
+        return {
+            "sessionId": s.session_id,
+            "agentType": s.agent_type,
+            "status": s.status,
+            "runId": s.run_id,
+            "workflowId": s.workflow_id,
+            "rootSessionId": s.root_session_id,
+            "parentSessionId": s.parent_session_id,
+            "error": s.error,
+            "workflow": self.workflow.dump() if self.workflow else None,
+            "pendingToolCalls": [
+                {
+                    **call.dump(),
+                    "ownerSessionId": owner,
+                    "remainingMs": call.deadline_at - self.at_ms,
+                }
+                for owner, call in self.pending
+            ],
+            "ownership": dict(self.ownership),
+            "tombstones": {k: v.dump() for k, v in self.tombstones.items()},
+            "messageCount": self.message_count,
+            "messages": [m.to_row() | {"role": m.role} for m in self.messages],
+            "tree": self.tree.dump(),
+        }
+
+
+def _build_tree(states: Sequence[SessionState], workflows: dict[str, WorkflowInfo]) -> TreeNode:
+    nodes = {
+        s.session_id: TreeNode(
+            s.session_id,
+            s.agent_type,
+            s.status,
+            s.run_id,
+            workflows.get(s.workflow_id or ""),
+            sorted(s.pending.values(), key=lambda p: (p.run_id, p.index)),
+        )
+        for s in states
+    }
+    root = nodes[states[0].session_id]
+    for s in states[1:]:
+        parent = nodes.get(s.parent_session_id or "")
+        if parent is not None:
+            parent.children.append(nodes[s.session_id])
+    return root
+
+
+async def inspect_session(
+    store: SessionStore, session_id: str, *, messages: int = 10
+) -> SessionReport:
+    """The session's row, its tree from the root, pending calls, ownership, tombstones, the
+    last ``messages`` messages and the DBOS status of every turn in the tree.
+
+    Raises:
+        SessionNotFoundError: no such session.
+    """
+    session = await store.get(session_id)
+    root = session if session.is_root else await store.get(session.root_session_id)
+    tree = [root, *await store.descendants(root.session_id)]
+    workflows = await workflow_statuses(store, (s.workflow_id for s in tree if s.workflow_id))
+    history = await store.load_messages(session_id)
+    mine = {session_id}
+    for s in tree:  # the inspected session and everything below it
+        if s.parent_session_id in mine:
+            mine.add(s.session_id)
+    pending = [
+        (s.session_id, p)
+        for s in tree
+        if s.session_id in mine
+        for p in sorted(s.pending.values(), key=lambda p: (p.run_id, p.index))
+    ]
+    return SessionReport(
+        session=session,
+        root=root,
+        workflow=workflows.get(session.workflow_id or ""),
+        pending=pending,
+        messages=history[-messages:] if messages > 0 else [],
+        message_count=len(history),
+        tree=_build_tree(tree, workflows),
+        at_ms=now_ms(),
+    )
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def _age(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "-"
+    return f"{_span((now - at).total_seconds())} ago"
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def render_sessions(rows: Sequence[SessionRow], now: datetime | None = None) -> str:
+    """``helix-dbos sessions`` as a table."""
+    if not rows:
+        return "no sessions"
+    now = now or datetime.now(UTC)
+    return _table(
+        ["SESSION", "AGENT", "STATUS", "RUN", "PENDING", "UPDATED"],
+        [
+            [
+                r.session_id,
+                r.agent_type,
+                r.status,
+                r.run_id or "-",
+                str(r.pending_calls),
+                _age(r.updated_at, now),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _deadline(call: PendingCall, at_ms: int) -> str:
+    left = (call.deadline_at - at_ms) / 1000
+    when = _iso_ms(call.deadline_at) or "-"
+    return f"{when} (in {_span(left)})" if left > 0 else f"{when} (lapsed {_span(left)} ago)"
+
+
+def _one_line(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _message_line(m: Message) -> str:
+    if m.role == "assistant" and m.tool_calls:
+        calls = ", ".join(f"{c.name}({c.id})" for c in m.tool_calls)
+        return _one_line(f"assistant: {m.content + ' ' if m.content else ''}-> {calls}")
+    if m.role == "tool":
+        mark = f" error{'=' + m.error_code if m.error_code else ''}" if m.is_error else ""
+        return _one_line(f"tool {m.tool_name}({m.tool_call_id}){mark}: {m.content}")
+    return _one_line(f"{m.role}: {m.content}")
+
+
+def _tree_lines(
+    node: TreeNode, focus: str, prefix: str = "", last: bool = True, top: bool = True
+) -> list[str]:
+    workflow = node.workflow.status if node.workflow else "no workflow"
+    waiting = (
+        f"  waiting on {', '.join(p.tool_call_id for p in node.pending)}" if node.pending else ""
+    )
+    mark = "  <- this session" if node.session_id == focus else ""
+    branch = "" if top else ("└── " if last else "├── ")
+    lines = [
+        f"{prefix}{branch}{node.session_id}  {node.agent_type}  {node.status}  "
+        f"[{workflow}]{waiting}{mark}"
+    ]
+    inner = prefix if top else prefix + ("    " if last else "│   ")
+    for i, child in enumerate(node.children):
+        lines += _tree_lines(child, focus, inner, i == len(node.children) - 1, top=False)
+    return lines
+
+
+def render_report(report: SessionReport) -> str:
+    """``helix-dbos inspect`` as text."""
+    s = report.session
+    out = [
+        f"session   {s.session_id}",
+        f"agent     {s.agent_type}",
+        f"status    {s.status}"
+        + (f"  error: {s.error.get('code')}: {s.error.get('message')}" if s.error else ""),
+        f"run       {s.run_id or '-'}",
+    ]
+    if not s.is_root:
+        out.append(f"root      {s.root_session_id}  (parent {s.parent_session_id})")
+    w = report.workflow
+    if w is not None:
+        out.append(
+            f"workflow  {w.workflow_id}  {w.status}  executor={w.executor_id} "
+            f"version={w.application_version} recovery_attempts={w.recovery_attempts} "
+            f"updated={_iso_ms(w.updated_at)}"
+        )
+    else:
+        out.append(f"workflow  {s.workflow_id or '-'}  (no DBOS status row)")
+    out.append("")
+    out.append(f"pending calls ({len(report.pending)})")
+    for owner, call in report.pending:
+        answered = (
+            f"answered {_iso_ms(call.submitted_at)}"
+            if call.submitted_at is not None
+            else "awaiting an answer"
+        )
+        out.append(
+            f"  {call.tool_call_id}  {call.tool_name}  {call.kind}  run={call.run_id}  "
+            f"owner={owner}"
+        )
+        out.append(f"      deadline {_deadline(call, report.at_ms)}  {answered}")
+    out.append(f"ownership on the root {report.root.session_id} ({len(report.ownership)})")
+    for tcid, owner in sorted(report.ownership.items()):
+        out.append(f"  {tcid} -> {owner}")
+    out.append(f"tombstones ({len(report.tombstones)})")
+    for tcid, stone in sorted(report.tombstones.items(), key=lambda kv: kv[1].completed_at):
+        out.append(
+            f"  {tcid}  {stone.outcome}  completed {_iso_ms(stone.completed_at)}  "
+            f"run={stone.run_id}  owner={stone.owner_session_id}"
+        )
+    out.append("")
+    shown = len(report.messages)
+    out.append(f"last {shown} of {report.message_count} messages")
+    out += [f"  {_message_line(m)}" for m in report.messages]
+    out.append("")
+    out.append("tree")
+    out += [f"  {line}" for line in _tree_lines(report.tree, s.session_id)]
+    return "\n".join(out)

@@ -1,0 +1,278 @@
+"""docs/runbook.md: every SQL statement in it runs against real turns, with checked numbers.
+
+The statements are read from the markdown file itself (each ``sql`` / ``sqlite`` block is
+named by the ``<!-- sql: name -->`` comment above it), so the runbook and this test cannot
+drift apart: a new block without a check here fails, and so does a check without a block.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from obs_agents import make_agents
+from obs_helpers import (
+    APP_VERSION,
+    EXECUTOR_ID,
+    FlakySaves,
+    one_event,
+    populate,
+    settings_for,
+)
+
+from helix_dbos.http.app import create_app
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.testing import capture_log_events
+
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
+TIMEOUT, FAST = 30.0, 0.4
+
+_BLOCK = re.compile(
+    r"<!-- sql: (?P<name>[\w-]+) -->\n```(?P<lang>sql|sqlite)\n(?P<body>.*?)```", re.DOTALL
+)
+
+
+def runbook_sql() -> dict[str, tuple[str, str]]:
+    """``name -> (language, statement)`` for every SQL block of the runbook."""
+    text = RUNBOOK.read_text()
+    blocks = {m["name"]: (m["lang"], m["body"].strip()) for m in _BLOCK.finditer(text)}
+    fences = len(re.findall(r"^```(?:sql|sqlite)$", text, re.MULTILINE))
+    assert fences == len(blocks), "every sql block of the runbook needs a <!-- sql: name -->"
+    return blocks
+
+
+def _percentile(values: list[float], q: float) -> float:
+    # Postgres's percentile_cont: linear interpolation between the closest ranks.
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+class Runbook:
+    """Runs the runbook's statements by name, with their placeholders filled in."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.blocks = runbook_sql()
+        self.ran: set[str] = set()
+
+    def run(self, name: str, **placeholders: str) -> list[tuple[Any, ...]]:
+        lang, sql = self.blocks[name]
+        assert lang == "sql"
+        for placeholder, value in placeholders.items():
+            assert f"'{placeholder}'" in sql, (name, placeholder)
+            sql = sql.replace(f"'{placeholder}'", f"'{value}'")
+        self.ran.add(name)
+        with psycopg.connect(self.url) as conn:
+            cur = conn.execute(sql)  # type: ignore[arg-type]
+            if cur.description is None:
+                return [(cur.rowcount,)]
+            return list(cur.fetchall())
+
+
+@pytest.mark.postgres_only
+async def test_every_runbook_statement_on_real_turns(
+    launch: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = await launch(timeout=TIMEOUT, fast_timeout=FAST)
+
+    # A session whose answered call could not be settled: the drain's clear loses every
+    # compare-and-swap attempt, the turn fails, the entry stays stranded.
+    flaky = FlakySaves(monkeypatch)
+    stranded = await runtime.start("ops", "pick_color")
+    (stranded_call,) = await runtime.wait_for_pending(stranded.session_id)
+    await runtime.submit_tool_result(
+        stranded.session_id, stranded_call["toolCallId"], result={"color": "red"}
+    )
+    flaky.arm(5)
+    assert (await runtime.wait(stranded.session_id))["status"] == "failed"
+    assert flaky.raised == 5
+
+    data = await populate(runtime, timeout=TIMEOUT, fast_timeout=FAST)
+    # Still parked while the statements run: one on its own, one in a sub-agent.
+    parked = await runtime.start("ops", "pick_color")
+    (parked_call,) = await runtime.wait_for_pending(parked.session_id)
+    tree = await runtime.start("lead", "delegate:confirm")
+    (child_call,) = await runtime.wait_for_pending(tree.session_id)
+    child = child_call["ownerSessionId"]
+
+    book = Runbook(pg_url)
+    waits: dict[str, list[float]] = {}
+    for call in data.calls:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(
+                "SELECT (data->>'value')::float FROM __agents_usage WHERE source_type ="
+                " 'client_tool_wait_ms' AND data->>'toolCallId' = %s",
+                (call.tool_call_id,),
+            ).fetchone()
+        assert row is not None
+        waits.setdefault(call.tool_name, []).append(row[0])
+    assert sorted(len(v) for v in waits.values()) == [2, 2]
+
+    # -- metrics ---------------------------------------------------------------------------
+    percentiles = book.run("wait-percentiles")
+    assert [(r[0], r[3]) for r in percentiles] == sorted(
+        [(t, 2) for t in waits], key=lambda tc: -_percentile(waits[tc[0]], 0.95)
+    )
+    for tool, p50, p95, _ in percentiles:
+        assert p50 == pytest.approx(_percentile(waits[tool], 0.5))
+        assert p95 == pytest.approx(_percentile(waits[tool], 0.95))
+    assert 400.0 in waits["pick_color"]
+
+    assert book.run("timeout-rate") == [
+        ("pick_color", 2, 1, Decimal("50.00")),
+        ("confirm", 2, 0, Decimal("0.00")),
+    ]
+    assert book.run("outcome-counters") == [
+        ("confirm", "client_tool_abort", 1),
+        ("pick_color", "client_tool_timeout", 1),
+    ]
+    tokens = {r[0]: r[1:] for r in book.run("tokens-per-agent")}
+    # ops: answered 3 + aborted 1 + parked 1 + the sub-agent 1 + stranded 1; ops_fast: 2.
+    assert {agent: (calls, inputs) for agent, (calls, inputs, _) in tokens.items()} == {
+        "lead": (1, 10),
+        "ops": (7, 70),
+        "ops_fast": (2, 20),
+    }
+
+    # -- a timeout: the turn's workflow --------------------------------------------------
+    (row,) = book.run("turn-workflow", **{"your-root-session-id": parked.session_id})
+    assert row[0] == parked.session_id and row[1] == "suspended_client_tool"
+    assert row[2] == parked.workflow_id and row[3] == "PENDING"
+    assert (row[4], row[5]) == (EXECUTOR_ID, APP_VERSION)
+    statuses = {
+        name: book.run("turn-workflow", **{"your-root-session-id": sid})[0][3]
+        for name, sid in data.sessions.items()
+    }
+    assert statuses == {"answered": "SUCCESS", "timeout": "SUCCESS", "aborted": "CANCELLED"}
+
+    # -- the ownership map ---------------------------------------------------------------
+    ((sid, ownership, pending),) = book.run(
+        "ownership-map", **{"your-root-session-id": parked.session_id}
+    )
+    tcid = parked_call["toolCallId"]
+    assert (sid, ownership) == (parked.session_id, {tcid: parked.session_id})
+    assert pending[tcid]["toolName"] == "pick_color"
+    assert pending[tcid]["deadlineAt"] == parked_call["deadlineAt"]
+    assert pending[tcid]["deadlineAt"] - pending[tcid]["registeredAt"] == 30_000
+    assert "submittedAt" not in pending[tcid]
+    # A sub-agent's call: routed on the root, pending on the child.
+    ((_, ownership, pending),) = book.run(
+        "ownership-map", **{"your-root-session-id": tree.session_id}
+    )
+    assert ownership == {child_call["toolCallId"]: child} and pending == {}
+
+    ((_, stones),) = book.run("tombstones", **{"your-root-session-id": data.sessions["answered"]})
+    assert sorted(s["outcome"] for s in stones.values()) == ["answered", "answered"]
+    assert {c.tool_call_id for c in data.by("answered")} == set(stones)
+
+    pending_rows = book.run("pending-calls")
+    assert [(r[0], r[2], r[3], r[4], r[6]) for r in pending_rows] == [
+        (stranded.session_id, "failed", stranded_call["toolCallId"], "pick_color", True),
+        (parked.session_id, "suspended_client_tool", tcid, "pick_color", False),
+        (child, "suspended_client_tool", child_call["toolCallId"], "confirm", False),
+    ]
+    assert pending_rows[2][1] == tree.session_id
+
+    # -- stranded entries and their cleanup ----------------------------------------------
+    assert book.run("stranded-calls") == [
+        (stranded.session_id, "failed", stranded_call["toolCallId"])
+    ]
+    before = await runtime.session(stranded.session_id)
+    assert book.run("clear-stranded-ownership", YOUR_SESSION=stranded.session_id) == [(1,)]
+    assert book.run("clear-stranded-pending", YOUR_SESSION=stranded.session_id) == [(1,)]
+    assert book.run("stranded-calls") == []
+    after = await runtime.session(stranded.session_id)
+    assert (after.pending, after.ownership, after.version) == ({}, {}, before.version + 2)
+    # A parked session is never touched by the cleanup.
+    assert book.run("clear-stranded-pending", YOUR_SESSION=parked.session_id) == [(0,)]
+
+    # -- duplicates cannot exist -----------------------------------------------------------
+    ((name, definition),) = book.run("unique-index")
+    assert name == "uq___agents_messages_tool_result"
+    assert "CREATE UNIQUE INDEX" in definition and "WHERE (role = 'tool'::text)" in definition
+    assert book.run("duplicate-tool-results") == []
+    answered_call = data.by("answered")[0]
+    with pytest.raises(psycopg.errors.UniqueViolation), psycopg.connect(pg_url) as conn:
+        conn.execute(
+            "INSERT INTO __agents_messages (session_id, role, tool_call_id, content, created_at)"
+            " VALUES (%s, 'tool', %s, '{}'::jsonb, now())",
+            (answered_call.session_id, answered_call.tool_call_id),
+        )
+
+    assert book.ran == {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
+    await runtime.interrupt(parked.session_id)
+    await runtime.interrupt(tree.session_id)
+
+
+async def test_sqlite_statement_on_real_turns(tmp_path: Path) -> None:
+    lang, sql = runbook_sql()["sqlite-average-wait"]
+    assert lang == "sqlite"
+    path = tmp_path / "helix.sqlite"
+    runtime = AgentRuntime(
+        make_agents(fast_timeout=FAST), settings_for(f"sqlite:///{path}", sqlite_poll_seconds=0.02)
+    )
+    await runtime.launch()
+    try:
+        answered = await runtime.start("ops", "pick_color")
+        (call,) = await runtime.wait_for_pending(answered.session_id)
+        await runtime.submit_tool_result(
+            answered.session_id, call["toolCallId"], result={"color": "red"}
+        )
+        await runtime.wait(answered.session_id)
+        late = await runtime.start("ops_fast", "pick_color")
+        await runtime.wait_for_pending(late.session_id)
+        await runtime.wait(late.session_id)
+    finally:
+        await runtime.shutdown()
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(sql).fetchall()
+        values = [
+            v
+            for (v,) in conn.execute(
+                "SELECT json_extract(data, '$.value') FROM __agents_usage"
+                " WHERE source_type = 'client_tool_wait_ms'"
+            )
+        ]
+    assert 400 in values and len(values) == 2
+    assert rows == [("pick_color", pytest.approx(sum(values) / 2), 2)]
+
+
+@pytest.mark.postgres_only
+async def test_force_failing_a_stuck_call_from_python_and_over_http(launch: Any) -> None:
+    runtime = await launch()
+    app = create_app(runtime, allow_unauthenticated=True)
+    transport = httpx.ASGITransport(app=app)
+    stuck = [await runtime.start("ops", "pick_color") for _ in range(2)]
+    calls = [(await runtime.wait_for_pending(h.session_id))[0] for h in stuck]
+
+    with capture_log_events() as events:
+        answer = await runtime.submit_tool_result(
+            stuck[0].session_id, calls[0]["toolCallId"], error="manually_failed_by_operator"
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://helix") as client:
+            response = await client.post(
+                "/submit-tool-result",
+                json={
+                    "sessionId": stuck[1].session_id,
+                    "toolCallId": calls[1]["toolCallId"],
+                    "error": "manually_failed_by_operator",
+                },
+            )
+        views = [await runtime.wait(h.session_id) for h in stuck]
+    assert answer.status == "accepted"
+    assert response.status_code == 200 and response.json()["status"] == "accepted"
+    for handle, call, view in zip(stuck, calls, views, strict=True):
+        assert view["status"] == "completed"
+        (tool,) = [m for m in await runtime.messages(handle.session_id) if m.role == "tool"]
+        assert (tool.is_error, tool.content) == (True, "manually_failed_by_operator")
+        submitted = one_event(events, "client_tool.submitted", toolCallId=call["toolCallId"])
+        assert submitted["hasError"] is True

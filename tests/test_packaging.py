@@ -1,0 +1,142 @@
+"""The wheel ships the Alembic scripts, and an installed package can migrate itself."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What a build never needs from the checkout.
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    "*.sqlite*",
+    "tests",
+    "bench",
+)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel built from a copy of the checkout (the checkout itself is left untouched)."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCES)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(source)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    [built] = (work / "dist").glob("helix_dbos-*.whl")
+    return built
+
+
+def test_wheel_contains_the_alembic_scripts(wheel: Path) -> None:
+    """env.py, script.py.mako, every revision and py.typed are in the wheel, under helix_dbos/."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "helix_dbos/_alembic/env.py" in names
+    assert "helix_dbos/_alembic/script.py.mako" in names
+    assert "helix_dbos/py.typed" in names
+    assert "helix_dbos/_alembic_types.py" in names
+    revisions = sorted(p.name for p in (ROOT / "alembic" / "versions").glob("0*.py"))
+    assert len(revisions) >= 6
+    shipped = sorted(
+        n.rsplit("/", 1)[1]
+        for n in names
+        if n.startswith("helix_dbos/_alembic/versions/") and n.endswith(".py")
+    )
+    assert shipped == revisions
+    # Nothing at the top level but our package: a top-level alembic/ would shadow the library.
+    tops = {n.split("/", 1)[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"helix_dbos"}
+
+
+def test_wheel_declares_the_cli(wheel: Path) -> None:
+    """The helix-dbos console script points at helix_dbos.cli:main."""
+    archive = zipfile.ZipFile(wheel)
+    [entry_points] = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = archive.read(entry_points).decode()
+    assert "helix-dbos = helix_dbos.cli:main" in text
+
+
+def test_unpacked_wheel_migrates_itself(wheel: Path, tmp_path: Path) -> None:
+    """Imported from the unpacked wheel, script_location() finds _alembic and upgrade works."""
+    unpacked = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    database = tmp_path / "app.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import json
+        import helix_dbos
+        from helix_dbos.store.migrate import (
+            head_revision, require_current_schema, script_location, upgrade,
+        )
+        url = {f"sqlite:///{database}"!r}
+        revision = upgrade(url)
+        require_current_schema(url)
+        print(json.dumps({{
+            "package": helix_dbos.__file__,
+            "scripts": str(script_location()),
+            "revision": revision,
+            "head": head_revision(),
+        }}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert Path(report["package"]).is_relative_to(unpacked)
+    assert Path(report["scripts"]) == unpacked / "helix_dbos" / "_alembic"
+    assert report["revision"] == report["head"]
+    assert database.is_file()
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    """The README's test command is the one .ci/run executes, and the script parses."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash .ci/run" in readme
+    assert "\n.venv/bin/pytest -q\n" in readme
+    assert "TEST_COMMAND=(.venv/bin/pytest -q)" in ci
+    assert '"${TEST_COMMAND[@]}"' in ci
+    subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)
+
+
+def test_docker_compose_runs_the_server_on_postgres() -> None:
+    """docker-compose.yml: postgres:16 and the server, which reaches it via HELIX_DATABASE_URL."""
+    yaml = pytest.importorskip("yaml")
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    db, server = compose["services"]["postgres"], compose["services"]["helix"]
+    assert db["image"] == "postgres:16"
+    env = db["environment"]
+    url = server["environment"]["HELIX_DATABASE_URL"]
+    assert url == (
+        f"postgresql://{env['POSTGRES_USER']}:{env['POSTGRES_PASSWORD']}"
+        f"@postgres:5432/{env['POSTGRES_DB']}"
+    )
+    assert "helix-dbos serve --host 0.0.0.0" in " ".join(server["command"])
+    assert server["depends_on"]["postgres"]["condition"] == "service_healthy"
