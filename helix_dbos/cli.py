@@ -263,8 +263,11 @@ def _operator_context(store: Any, url: str, client: Any) -> Any:
     from .runtime.context import RuntimeContext
 
     return RuntimeContext(
-        settings=HelixSettings.from_env(database_url=url), registry=AgentRegistry(),
-        store=store, datasource=cast(Any, None), messenger=client,
+        settings=HelixSettings.from_env(database_url=url),
+        registry=AgentRegistry(),
+        store=store,
+        datasource=cast(Any, None),
+        messenger=client,
     )
 
 
@@ -283,10 +286,17 @@ def _print_json(value: Any) -> None:
 
 
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", help="only sessions with this status (e.g. suspended_client_tool)")
+    parser.add_argument(
+        "--status", help="only sessions with this status (e.g. suspended_client_tool)"
+    )
     parser.add_argument("--agent", help="only sessions of this agent type")
-    parser.add_argument("--limit", type=int, default=20, metavar="N",
-                        help="at most N sessions, newest first (default: 20)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        metavar="N",
+        help="at most N sessions, newest first (default: 20)",
+    )
     _add_database_options(parser)
 
 
@@ -297,8 +307,9 @@ def _run_sessions(args: argparse.Namespace) -> int:
         raise CommandError("--limit must be at least 1")
 
     async def work(store: Any, _url: str) -> Any:
-        return await list_sessions(store, status=args.status, agent_type=args.agent,
-                                   limit=args.limit)
+        return await list_sessions(
+            store, status=args.status, agent_type=args.agent, limit=args.limit
+        )
 
     rows = _with_store(args, work)
     if args.json:
@@ -310,8 +321,13 @@ def _run_sessions(args: argparse.Namespace) -> int:
 
 def _configure_inspect(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", metavar="SESSION", help="the session id")
-    parser.add_argument("--messages", type=int, default=10, metavar="N",
-                        help="show the last N messages (default: 10)")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=10,
+        metavar="N",
+        help="show the last N messages (default: 10)",
+    )
     _add_database_options(parser)
 
 
@@ -330,11 +346,17 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def _configure_fail_call(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", metavar="SESSION",
-                        help="the session (its root is used: submits always go to the root)")
+    parser.add_argument(
+        "session",
+        metavar="SESSION",
+        help="the session (its root is used: submits always go to the root)",
+    )
     parser.add_argument("tool_call", metavar="TOOL_CALL", help="the pending call's toolCallId")
-    parser.add_argument("--error", default="manually_failed_by_operator",
-                        help="the error the model reads (default: manually_failed_by_operator)")
+    parser.add_argument(
+        "--error",
+        default="manually_failed_by_operator",
+        help="the error the model reads (default: manually_failed_by_operator)",
+    )
     _add_database_options(parser)
 
 
@@ -346,9 +368,14 @@ def _run_fail_call(args: argparse.Namespace) -> int:
         client = _dbos_client(url)
         try:
             ctx = _operator_context(store, url, client)
-            answer = await submit(ctx, Submission(
-                session_id=state.root_session_id, tool_call_id=args.tool_call, error=args.error,
-            ))
+            answer = await submit(
+                ctx,
+                Submission(
+                    session_id=state.root_session_id,
+                    tool_call_id=args.tool_call,
+                    error=args.error,
+                ),
+            )
         finally:
             client.destroy()
         return state.root_session_id, answer
@@ -367,8 +394,9 @@ def _run_fail_call(args: argparse.Namespace) -> int:
 
 
 def _configure_interrupt(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", metavar="SESSION",
-                        help="the session; its sub-agents are stopped with it")
+    parser.add_argument(
+        "session", metavar="SESSION", help="the session; its sub-agents are stopped with it"
+    )
     _add_database_options(parser)
 
 
@@ -379,16 +407,18 @@ def _run_interrupt(args: argparse.Namespace) -> int:
         before = await store.get(args.session)
         client = _dbos_client(url)
         try:
-            after = await stop_tree(_operator_context(store, url, client), args.session,
-                                    abort=False, reason=None)
+            after = await stop_tree(
+                _operator_context(store, url, client), args.session, abort=False, reason=None
+            )
         finally:
             client.destroy()
         return before.status, after
 
     before, state = _with_store(args, work)
     if args.json:
-        _print_json({"sessionId": state.session_id, "status": state.status,
-                     "previousStatus": before})
+        _print_json(
+            {"sessionId": state.session_id, "status": state.status, "previousStatus": before}
+        )
     elif state.status == before:
         print(f"{state.session_id} is {state.status}: nothing to interrupt")
     else:

@@ -19,6 +19,7 @@ from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
+from .wake import send_to_turn
 
 __all__ = ["find_suspended", "stash_entry", "stop_tree", "tree_of"]
 
@@ -58,13 +59,12 @@ async def stop_tree(
         # leaves the coroutine parked on its topic, and an extra message there is harmless.
         for entry in state.pending.values():
             if state.workflow_id:
-                await ctx.dbos().send_async(
+                await send_to_turn(
+                    ctx,
                     state.workflow_id,
                     {"kind": "stop"},
-                    topic=names.tool_result_topic(entry.tool_call_id),
-                    idempotency_key=names.control_idempotency_key(
-                        entry.run_id, entry.tool_call_id, "stop"
-                    ),
+                    names.tool_result_topic(entry.tool_call_id),
+                    names.control_idempotency_key(entry.run_id, entry.tool_call_id, "stop"),
                 )
     at = now_ms()
     root_id = tree[0].root_session_id
@@ -210,10 +210,11 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         )
     if abandon and root.workflow_id:
         for tcid in to_wake:
-            await ctx.dbos().send_async(
+            await send_to_turn(
+                ctx,
                 root.workflow_id,
                 {"kind": "abandon"},
-                topic=names.tool_result_topic(tcid),
-                idempotency_key=names.control_idempotency_key(run_id, tcid, "abandon"),
+                names.tool_result_topic(tcid),
+                names.control_idempotency_key(run_id, tcid, "abandon"),
             )
     return names.next_run_id(run_id)

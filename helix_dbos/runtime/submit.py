@@ -35,6 +35,7 @@ from ..observability.log import log_event
 from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
 from . import names
 from .context import RuntimeContext
+from .wake import send_to_turn
 
 __all__ = ["MISSING", "Submission", "measure_result_bytes", "submit"]
 
@@ -255,11 +256,10 @@ async def _wake(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) ->
     if owner.workflow_id is None:
         return
     try:
-        await ctx.dbos().send_async(
-            owner.workflow_id,
-            {"kind": "answer", "toolCallId": entry.tool_call_id},
-            topic=names.tool_result_topic(entry.tool_call_id),
-            idempotency_key=names.submit_idempotency_key(entry.run_id, entry.tool_call_id),
+        await send_to_turn(
+            ctx, owner.workflow_id, {"kind": "answer", "toolCallId": entry.tool_call_id},
+            names.tool_result_topic(entry.tool_call_id),
+            names.submit_idempotency_key(entry.run_id, entry.tool_call_id),
         )
     except Exception as exc:  # noqa: BLE001 - the answer is stored; the deadline drain reads it
         log_event("client_tool.send_event_failed", sessionId=owner.session_id,

@@ -1,7 +1,8 @@
 """Observability fixtures: real turns on a launched runtime over a fresh Postgres database.
 
 Every test gets its own database, cloned from a template that is migrated once per session
-(our tables, DBOS's system tables and its datasource table), so a launch takes ~0.15 s.
+(our tables, DBOS's system tables and its datasource table), so a launch takes ~0.15 s; the
+clones are made ahead of time and dropped afterwards in the background.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,34 +41,71 @@ def _admin(sql: str) -> None:
         conn.execute(sql)  # type: ignore[arg-type]
 
 
+class _Databases:
+    """Clones of the template made ahead of time, and dropped after use, off the test's path."""
+
+    def __init__(self, template: str, ahead: int = 2) -> None:
+        self.template = template
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="obs-db")
+        self.ready: list[Future[str]] = [self.pool.submit(self._clone) for _ in range(ahead)]
+        self.dropping: list[Future[None]] = []
+
+    def _clone(self) -> str:
+        name = f"helix_obs_{uuid.uuid4().hex[:12]}"
+        _admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        return name
+
+    def take(self) -> str:
+        ready = self.ready.pop(0)
+        self.ready.append(self.pool.submit(self._clone))
+        return ready.result()
+
+    def give_back(self, name: str) -> None:
+        self.dropping.append(
+            self.pool.submit(_admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        )
+
+    def close(self) -> None:
+        for ready in self.ready:
+            self.give_back(ready.result())
+        for dropped in self.dropping:
+            dropped.result()
+        self.pool.shutdown()
+
+
 @pytest.fixture(scope="session")
-def pg_template() -> Iterator[str]:
-    """A database with every table migrated, to clone per test."""
-    name = f"helix_obs_tpl_{uuid.uuid4().hex[:8]}"
-    _admin(f'CREATE DATABASE "{name}"')
+def pg_databases() -> Iterator[_Databases]:
+    """Fresh databases cloned from a template migrated once (our tables and DBOS's)."""
+    template = f"helix_obs_tpl_{uuid.uuid4().hex[:8]}"
+    _admin(f'CREATE DATABASE "{template}"')
 
     async def migrate() -> None:
-        runtime = AgentRuntime(make_agents(), settings_for(_with_db(name)))
+        runtime = AgentRuntime(make_agents(), settings_for(_with_db(template)))
         await runtime.launch()
         await runtime.shutdown()
 
+    databases: _Databases | None = None
     try:
         asyncio.run(migrate())
-        _admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
-        yield name
+        _admin(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{template}'"
+        )
+        databases = _Databases(template)
+        yield databases
     finally:
-        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if databases is not None:
+            databases.close()
+        _admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
 
 
 @pytest.fixture
-def pg_url(pg_template: str) -> Iterator[str]:
-    """A fresh, migrated Postgres database (a clone of the session's template)."""
-    name = f"helix_obs_{uuid.uuid4().hex[:12]}"
-    _admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+def pg_url(pg_databases: _Databases) -> Iterator[str]:
+    """A fresh, migrated Postgres database of its own."""
+    name = pg_databases.take()
     try:
         yield _with_db(name)
     finally:
-        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        pg_databases.give_back(name)
 
 
 @pytest.fixture(autouse=True)

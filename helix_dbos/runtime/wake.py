@@ -1,0 +1,39 @@
+"""Sending a message to a parked turn, with an in-process fast path.
+
+The durable path is always ``DBOS.send_async``: the message row is committed, and Postgres
+NOTIFY (or SQLite polling) wakes the waiter wherever it runs. When the waiter is parked in
+THIS process, we also signal its in-memory waiter right after the commit, which saves the
+NOTIFY round trip (and up to a whole polling interval on SQLite). If DBOS's internals ever
+change shape, the fast path quietly does nothing and the durable path still wakes the turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .context import RuntimeContext
+
+__all__ = ["send_to_turn", "wake_local"]
+
+
+def wake_local(workflow_id: str, topic: str) -> bool:
+    """Signal a ``recv`` waiting in this process on ``(workflow_id, topic)``; ``True`` if one was."""
+    try:
+        from dbos._dbos import _get_dbos_instance
+
+        signal = _get_dbos_instance()._sys_db.notifications_map.get(f"{workflow_id}::{topic}")
+    except Exception:  # noqa: BLE001 - no launched DBOS, or internals changed: durable path only
+        return False
+    if signal is None:
+        return False
+    signal.set()
+    return True
+
+
+async def send_to_turn(
+    ctx: RuntimeContext, workflow_id: str, message: dict[str, Any], topic: str, key: str
+) -> None:
+    """``DBOS.send_async`` with an idempotency key, then the in-process wake-up."""
+    await ctx.dbos().send_async(workflow_id, message, topic=topic, idempotency_key=key)
+    if ctx.messenger is None:
+        wake_local(workflow_id, topic)

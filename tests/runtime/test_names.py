@@ -1,0 +1,27 @@
+"""Durable names are a contract: pin them so a rename is a conscious, migrated change."""
+
+from __future__ import annotations
+
+from helix_dbos.runtime import names
+
+
+def test_durable_names_are_pinned() -> None:
+    """Workflow and step names, and id formats, never change silently."""
+    assert names.TURN_WORKFLOW == "helix.turn"
+    assert names.MODEL_STEP == "helix.turn.model"
+    assert names.COMMIT_MODEL_STEP == "helix.turn.commit_model"
+    assert names.SERVER_TOOL_STEP == "helix.turn.server_tool"
+    assert names.COMMIT_RESULTS_STEP == "helix.turn.commit_results"
+    assert names.FINISH_STEP == "helix.turn.finish"
+    assert names.turn_workflow_id("s", "r") == "helix:s:r"
+    assert names.tool_result_topic("tc") == "tc"
+    assert names.submit_idempotency_key("r", "tc") == "r:tc"
+    assert names.approval_id("r", "tc") == "r::tc"
+    assert names.child_session_id("s", "tc") == "s.tc"
+
+
+def test_continuation_run_ids() -> None:
+    """A suspended run continues as <run>:continuation, then :continuation:2, ..."""
+    assert names.next_run_id("run_1") == "run_1:continuation"
+    assert names.next_run_id("run_1:continuation") == "run_1:continuation:2"
+    assert names.next_run_id("run_1:continuation:2") == "run_1:continuation:3"
