@@ -1,3 +1,70 @@
-"""helix-dbos: a Postgres-native durable agent runtime on DBOS Transact."""
+"""helix-dbos: a Postgres-native durable agent runtime on DBOS Transact.
+
+The public API. Definitions and errors import eagerly (pure Python and pydantic); the runtime,
+the HTTP layer and settings import on first use, so ``import helix_dbos.core`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .core import (
+    RESERVED_TOOL_NAME_PREFIXES,
+    Agent,
+    AgentRegistry,
+    Message,
+    Tool,
+    ToolCall,
+    define_agent,
+    define_tool,
+    subagent_tool,
+)
+from .core.humanize import humanize_client_tool_error, set_client_tool_error_humanizer
+from .errors import HelixError, is_client_tool_error_code, is_known_error_code
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .config import HelixSettings
+    from .http import create_app, create_router
+    from .runtime import AgentRuntime, TurnHandle
+
+_LAZY = {
+    "AgentRuntime": ".runtime",
+    "TurnHandle": ".runtime",
+    "HelixSettings": ".config",
+    "create_router": ".http",
+    "create_app": ".http",
+}
+
+__all__ = [
+    "RESERVED_TOOL_NAME_PREFIXES",
+    "Agent",
+    "AgentRegistry",
+    "AgentRuntime",
+    "HelixError",
+    "HelixSettings",
+    "Message",
+    "Tool",
+    "ToolCall",
+    "TurnHandle",
+    "__version__",
+    "create_app",
+    "create_router",
+    "define_agent",
+    "define_tool",
+    "humanize_client_tool_error",
+    "is_client_tool_error_code",
+    "is_known_error_code",
+    "set_client_tool_error_humanizer",
+    "subagent_tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'helix_dbos' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(module, __name__), name)
