@@ -197,6 +197,12 @@ class InvalidResultError(HelixError):
         super().__init__(INVALID_RESULT_MESSAGE, toolName=tool_name, toolCallId=tool_call_id)
         self.issues = issues or []
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.details["toolName"], self.details["toolCallId"], self.issues),
+        )
+
 
 class ApprovalMismatchError(HelixError):
     """An approval names another call or run, or arguments other than those shown."""

@@ -87,10 +87,6 @@ def test_pickle_round_trip(cls: type[HelixError]) -> None:
     assert back.to_body() == err.to_body()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="InvalidResultError.issues is not restored by HelixError.__reduce__ (reported)",
-)
 def test_invalid_result_issues_survive_pickling() -> None:
     """The validation issues of an InvalidResultError survive pickling too."""
     err = InvalidResultError("lookup", "call_1", [{"loc": ["x"]}])

@@ -35,6 +35,7 @@ __all__ = [
     "request_session_id",
     "run_authenticate",
     "session_token_auth",
+    "set_request_context",
 ]
 
 #: The operation names the hook receives.
@@ -151,7 +152,8 @@ class SessionTokens:
     def verify(self, token: str) -> str | None:
         """The session a valid, unexpired token is bound to; ``None`` for anything else."""
         payload, sep, signature = token.partition(".")
-        if not sep or not payload or not signature or not payload.isascii():
+        # compare_digest refuses non-ASCII text (a header decodes as latin-1): check first.
+        if not sep or not payload or not signature or not token.isascii():
             return None
         # Constant-time comparison: the check leaks nothing about the right signature.
         if not hmac.compare_digest(self._sign(payload), signature):

@@ -91,7 +91,8 @@ async def read_body(request: Request, cap: int, *, message: str, route: str) -> 
         )
     size: int | None = None
     if declared is not None:
-        if not declared.strip().isdigit():
+        # isascii: str.isdigit() also accepts digits int() refuses (superscripts).
+        if not (declared.strip().isascii() and declared.strip().isdigit()):
             _invalid(message, "content_length")
         size = int(declared)
         if size > cap:

@@ -244,7 +244,8 @@ def _after(last_event_id: str | None, from_sequence: int | None) -> int:
     wins over ``fromSequence`` (the first event it wants)."""
     if last_event_id is not None:
         text = last_event_id.strip()
-        if not text.isdigit() or len(text) > 16 or int(text) > MAX_SEQUENCE:
+        # isascii: str.isdigit() also accepts digits int() refuses (superscripts).
+        if not (text.isascii() and text.isdigit()) or len(text) > 16 or int(text) > MAX_SEQUENCE:
             raise RequestValidationError(REQUEST_INVALID_MESSAGE, cause="last_event_id")
         return int(text)
     if from_sequence is not None:

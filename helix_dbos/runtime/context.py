@@ -30,6 +30,9 @@ class RuntimeContext:
     scrubber: object | None = None
     parked: set[str] = field(default_factory=set)
     """Workflow ids whose coroutine is parked in ``recv`` right now (for interrupt checks)."""
+    client: Any = None
+    """A lazy ``dbos.DBOSClient`` on the system database, used only to enlist wake-up messages
+    in our own store transactions (``send_in_transaction``)."""
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dbos import DBOS, AsyncSQLAlchemyDatasource, SetWorkflowID
+from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSClient, SetWorkflowID
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
@@ -105,6 +105,8 @@ class AgentRuntime:
             "executor_id": s.executor_id,
             "log_level": s.dbos_log_level,
             "max_executor_threads": s.max_executor_threads,
+            # A role without DDL rights only verifies DBOS's schema (`dbos migrate` made it).
+            "run_migrations": s.run_migrations,
         }
         if urls.is_sqlite:
             config["notification_listener_polling_interval_sec"] = s.sqlite_poll_seconds
@@ -128,6 +130,7 @@ class AgentRuntime:
         self._ctx = context.RuntimeContext(
             settings=s, registry=self.registry, store=store, datasource=datasource,
             scrubber=self.scrubber,
+            client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         )
         # Recovery at launch replays parked turns, which look the context up: install first.
         context.install(self._ctx)

@@ -35,7 +35,7 @@ from ..observability.log import log_event
 from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
 from . import names
 from .context import RuntimeContext
-from .wake import send_to_turn
+from .wake import send_in_transaction, send_to_turn, wake_local
 
 __all__ = ["MISSING", "Submission", "measure_result_bytes", "submit"]
 
@@ -67,8 +67,14 @@ class Submission:
 
 
 def measure_result_bytes(result: Any) -> int:
-    """The UTF-8 byte length of the result's compact JSON (the submit size limit's measure)."""
-    return len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    """The UTF-8 byte length of the result's compact JSON (the submit size limit's measure).
+
+    Raises:
+        TypeError, ValueError: the result is not JSON (an object JSON cannot encode, NaN or
+            Infinity, text with a lone surrogate).
+    """
+    encoded = json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return len(encoded.encode("utf-8"))
 
 
 def _unknown(tool_call_id: str, reason: str | None = None) -> SubmitAnswer:
@@ -94,7 +100,14 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
             )
         if sub.error is None:
             limit = ctx.settings.max_result_bytes
-            size = measure_result_bytes(sub.result)
+            try:
+                size = measure_result_bytes(sub.result)
+            except (TypeError, ValueError):
+                # Not JSON: it could never be stored, so refuse it typed before any read.
+                raise RequestValidationError(
+                    "The submit is not a valid client-tool answer or approval",
+                    cause="result_not_json",
+                ) from None
             if size > limit:
                 log_event("submit_tool_result.result_too_large", sessionId=sub.session_id,
                           toolCallId=sub.tool_call_id, sizeBytes=size, limitBytes=limit)
@@ -161,7 +174,7 @@ def _scrub(ctx: RuntimeContext, text: str) -> str:
     return scrubber(text) if callable(scrubber) else text
 
 
-async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
+async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -> SubmitAnswer:
     """Store one answer and wake the owning turn; see the module docstring for the order."""
     _check(sub, ctx)
     store = ctx.store
@@ -218,11 +231,23 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         e.response = response
         return "accepted", o
 
-    _, (outcome, owner_after) = await store.update(
-        [owner_id], store_answer, attempts=PENDING_CLEAR_ATTEMPTS,
-    )
+    # The answer and its wake-up message commit together: no window where one exists without
+    # the other (a send that cannot be enlisted falls back to a send after the commit).
+    async with store.transaction() as conn:
+        _, (outcome, owner_after) = await store.update(
+            [owner_id], store_answer, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn
+        )
+        sent = "skipped"
+        if outcome == "accepted" and owner_after.workflow_id is not None:
+            sent = await send_in_transaction(
+                ctx, conn, owner_after.workflow_id,
+                {"kind": "answer", "toolCallId": tcid}, names.tool_result_topic(tcid),
+                names.submit_idempotency_key(entry.run_id, tcid),
+                sessionId=owner_after.session_id, runId=entry.run_id,
+            )
     if outcome == "gone":
-        return await submit(ctx, sub) if owner_id else _unknown(tcid)
+        # Drained or cleared between our read and the write: read once more for the verdict.
+        return await submit(ctx, sub, _again=False) if _again else _unknown(tcid)
     if outcome == "superseded":
         raise RunSupersededError(
             "The call's run was superseded by another entry; nothing was written",
@@ -238,7 +263,10 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
     log_event("client_tool.submitted", sessionId=sub.session_id, ownerSessionId=owner_id,
               runId=entry.run_id, toolCallId=tcid, toolName=entry.tool_name,
               hasError="error" in response, kind=entry.kind)
-    await _wake(ctx, owner_after, entry)
+    if sent == "sent" and owner_after.workflow_id is not None:
+        wake_local(owner_after.workflow_id, names.tool_result_topic(tcid))
+    elif sent == "unavailable":
+        await _wake(ctx, owner_after, entry)
     return SubmitAnswer(status="accepted", continuation=_continuation(owner_after, entry.run_id),
                         tool_call_id=tcid)
 

@@ -9,11 +9,14 @@ change shape, the fast path quietly does nothing and the durable path still wake
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..observability.log import log_event
 from .context import RuntimeContext
 
-__all__ = ["send_to_turn", "wake_local"]
+__all__ = ["send_in_transaction", "send_to_turn", "wake_local"]
 
 
 def wake_local(workflow_id: str, topic: str) -> bool:
@@ -37,3 +40,32 @@ async def send_to_turn(
     await ctx.dbos().send_async(workflow_id, message, topic=topic, idempotency_key=key)
     if ctx.messenger is None:
         wake_local(workflow_id, topic)
+
+
+async def send_in_transaction(
+    ctx: RuntimeContext, conn: AsyncConnection, workflow_id: str, message: dict[str, Any],
+    topic: str, key: str, **log_fields: Any,
+) -> Literal["sent", "failed", "unavailable"]:
+    """Enlist the message in the caller's store transaction (DBOS's public
+    ``DBOSClient.send_in_transaction``): it becomes visible exactly when the answer commits.
+
+    A failed send is rolled back to a savepoint, so the stored answer still commits; it is
+    logged as ``client_tool.send_event_failed`` (the turn still reads the answer at its
+    deadline, and a re-submit re-sends). ``unavailable``: no client to enlist with; send after
+    the commit instead.
+    """
+    client = ctx.client
+    if client is None:
+        return "unavailable"
+    try:
+        async with conn.begin_nested():
+            await conn.run_sync(
+                lambda sync_conn: client.send_in_transaction(
+                    sync_conn, workflow_id, message, topic, key
+                )
+            )
+    except Exception as exc:  # noqa: BLE001 - the answer commits; the wake-up is what failed
+        log_event("client_tool.send_event_failed", workflowId=workflow_id, toolCallId=topic,
+                  error=f"{type(exc).__name__}: {exc}", **log_fields)
+        return "failed"
+    return "sent"

@@ -78,6 +78,24 @@ def _set_sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _keep_immediate_transactions(dialect: Any) -> None:
+    """Keep SQLite transactions ``BEGIN IMMEDIATE`` whatever isolation level a caller sets.
+
+    SQLAlchemy's SQLite dialect resets the driver to deferred ``BEGIN`` whenever an isolation
+    level is applied (DBOS's datasource applies one on every transaction). A deferred
+    transaction that reads and then writes can fail at once with "database is locked" when
+    another writer got in between; an immediate one waits its turn (busy_timeout).
+    """
+    original = dialect.set_isolation_level
+
+    def set_isolation_level(dbapi_connection: Any, level: Any) -> None:
+        original(dbapi_connection, level)
+        if level != "AUTOCOMMIT":
+            dbapi_connection.isolation_level = "IMMEDIATE"
+
+    dialect.set_isolation_level = set_isolation_level
+
+
 def _state_from_row(row: sa.Row[Any]) -> SessionState:
     m = row._mapping
     return SessionState(
@@ -145,6 +163,7 @@ class SessionStore:
         if urls.is_sqlite:
             engine = create_async_engine(urls.async_)
             sa_event.listens_for(engine.sync_engine, "connect")(_set_sqlite_pragmas)
+            _keep_immediate_transactions(engine.sync_engine.dialect)
         else:
             engine = create_async_engine(
                 urls.async_, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
@@ -299,6 +318,13 @@ class SessionStore:
                 yield c
         else:
             async with conn.begin_nested():
+                if self.dialect == "sqlite":
+                    # A SAVEPOINT opens a deferred SQLite transaction; a read then a write in it
+                    # fails at once ("database is locked") when another writer got in between.
+                    # Take the write lock first (an empty UPDATE), waiting out busy writers.
+                    await conn.execute(
+                        states.update().where(sa.false()).values(version=states.c.version)
+                    )
                 yield conn
 
     def _check_size(self, state: SessionState) -> None:

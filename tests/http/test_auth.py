@@ -204,6 +204,7 @@ def test_session_tokens_unit() -> None:
     assert tokens.verify(token) == "ses_1"
     assert tokens.verify(token + "x") is None
     assert tokens.verify("garbage") is None and tokens.verify("a.b.c") is None
+    assert tokens.verify(token + "\u00e9") is None and tokens.verify("\u00e9.\u00e9") is None
     now[0] += 61
     assert tokens.verify(token) is None
     with pytest.raises(ConfigError):

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,12 @@ content_types = st.sampled_from(
 )
 header_text = st.text(alphabet=string.printable.strip() + " ", max_size=12)
 token_text = header_text.map(str.strip).filter(bool)
+
+
+# The server runs in a thread of this process, and its background work (DBOS's pollers, the
+# store's retry jitter) uses the global `random` while Hypothesis draws; Hypothesis warns that
+# the global random state changed during generation. The draws themselves use no `random`.
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 
 
 def assert_answer(response: httpx.Response) -> None:

@@ -79,6 +79,14 @@ def test_status_and_sse_refusals_are_typed(client: httpx.Client) -> None:
         400,
         "validation_error",
     )
+    # Header bytes decode as latin-1: a superscript digit is not a sequence.
+    for raw in (b"\xb2", "\u00b2".encode()):
+        refused = client.get("/sse", params={"sessionId": "s"}, headers={b"Last-Event-ID": raw})
+        assert_typed(refused, 400, "validation_error")
+    bad_token = client.get(
+        "/secure/status", params={"sessionId": "s"}, headers={b"Authorization": b"Bearer \xe9.\xe9"}
+    )
+    assert_typed(bad_token, 401, "unauthorized")
 
 
 def test_resume_refusals_and_with_message(client: httpx.Client) -> None:

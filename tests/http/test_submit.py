@@ -8,9 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 
 from helix_dbos.core.session import SessionState
-from helix_dbos.errors import INVALID_RESULT_MESSAGE, VALIDATION_ERROR_MESSAGE
+from helix_dbos.errors import (
+    INVALID_RESULT_MESSAGE,
+    VALIDATION_ERROR_MESSAGE,
+    RequestValidationError,
+)
 
 from .conftest import BODY_CAP, MAX_RESULT_BYTES, RATE_LIMIT, HttpServer
 from .helpers import assert_typed, read_sse, start_parked, status, wait_status
@@ -289,3 +294,20 @@ def test_a_body_that_is_not_json_media_is_415(client: httpx.Client) -> None:
     )
     body = assert_typed(response, 415, "validation_error")
     assert body["cause"] == "content_type"
+
+
+def test_the_runtime_refuses_a_result_that_is_not_json(
+    client: httpx.Client, http_server: HttpServer
+) -> None:
+    """Behind the route, the runtime's own check refuses NaN, lone surrogates and objects JSON
+    cannot encode (typed, nothing stored), for callers of the Python API."""
+    parked = start_parked(client)
+    runtime = http_server.runtime
+    for bad in (float("nan"), {"text": "\ud800"}, object()):
+        with pytest.raises(RequestValidationError) as refused:
+            http_server.run(
+                runtime.submit_tool_result(parked["sessionId"], parked["toolCallId"], result=bad)
+            )
+        assert refused.value.details["cause"] == "result_not_json"
+    assert "submittedAt" not in status(client, parked["sessionId"])["pendingToolCalls"][0]
+    client.post("/interrupt", json={"sessionId": parked["sessionId"]})

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dbos import DBOS
+from dbos import DBOS, DBOSClient
 from obs_helpers import FlakySaves, events_named, one_event
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError, StaleStateError
@@ -257,18 +257,34 @@ async def test_ownership_clear_exhaustion_on_interrupt(
 
 
 def _failing_send(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fail the first wake-up of an answer, on whichever path the submit sends it: after the
+    commit (``DBOS.send_async``) or enlisted in the store transaction (``DBOSClient``)."""
     failed: list[str] = []
-    original = DBOS.send_async
 
-    async def send_async(
-        destination_id: str, message: Any, topic: str | None = None, **kwargs: Any
-    ) -> None:
+    def fail_first(destination_id: str, message: Any) -> None:
         if isinstance(message, dict) and message.get("kind") == "answer" and not failed:
             failed.append(destination_id)
             raise ConnectionError("system database unreachable")
-        await original(destination_id, message, topic, **kwargs)
 
-    monkeypatch.setattr(DBOS, "send_async", send_async)
+    send_async = DBOS.send_async
+
+    async def failing_send_async(
+        destination_id: str, message: Any, topic: str | None = None, **kwargs: Any
+    ) -> None:
+        fail_first(destination_id, message)
+        await send_async(destination_id, message, topic, **kwargs)
+
+    send_in_transaction = DBOSClient.send_in_transaction
+
+    def failing_send_in_transaction(
+        client: DBOSClient, conn: Any, destination_id: str, message: Any, *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        fail_first(destination_id, message)
+        send_in_transaction(client, conn, destination_id, message, *args, **kwargs)
+
+    monkeypatch.setattr(DBOS, "send_async", failing_send_async)
+    monkeypatch.setattr(DBOSClient, "send_in_transaction", failing_send_in_transaction)
     return failed
 
 
