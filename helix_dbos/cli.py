@@ -170,7 +170,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         app = create_app(allow_unauthenticated=args.allow_unauthenticated)
     except HelixError as exc:
         raise CommandError(exc.message) from None
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port))
+    # An open event stream of a running turn would hold a graceful shutdown forever; after
+    # the grace period it is closed (its client resumes with Last-Event-ID elsewhere).
+    config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
     server.run()
     if not server.started:
         raise CommandError("the server did not start (see the log above)")
@@ -255,8 +258,9 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
 def _operator_context(store: Any, url: str, client: Any) -> Any:
     """A runtime context for a process that runs no turns: no agents, no datasource.
 
-    Error submits need no agent definition (they skip validation), and the messenger is a
-    DBOSClient, so nothing here can start, recover or run a workflow.
+    Error submits need no agent definition (they skip validation), and every message goes
+    through a DBOSClient (enlisted in the answer's transaction when it can be), so nothing here
+    can start, recover or run a workflow.
     """
     from .config import HelixSettings
     from .core.agents import AgentRegistry
@@ -267,6 +271,7 @@ def _operator_context(store: Any, url: str, client: Any) -> Any:
         registry=AgentRegistry(),
         store=store,
         datasource=cast(Any, None),
+        client=client,
         messenger=client,
     )
 

@@ -40,7 +40,7 @@ from .body import (
     validate_body,
 )
 from .errors import HelixRoute
-from .limits import SlidingWindowLimiter
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
 from .schemas import (
     ChatSubmitToolResultRequest,
     ControlRequest,
@@ -274,8 +274,8 @@ def create_router(
         service_name: names this deployment in the unauthenticated-mode warning.
         verbose_validation_errors: add the validation details to the 400 answers (they reveal
             the schemas: for development).
-        rate_limit_per_minute: submits per minute per session (``DEFAULT_SUBMIT_RATE_LIMIT``
-            is 60); ``None`` disables the limit.
+        rate_limit_per_minute: submits per minute per session; ``True`` for the default
+            (``DEFAULT_SUBMIT_RATE_LIMIT``, 60); ``None`` disables the limit.
         token_issuer: ``issue(session_id) -> token``; ``/start`` answers its ``token``.
 
     Raises:
@@ -300,9 +300,8 @@ def create_router(
             "results.",
             file=sys.stderr,
         )
-    limiter = (
-        SlidingWindowLimiter(rate_limit_per_minute) if rate_limit_per_minute is not None else None
-    )
+    limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
+    limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
     api = _Api(runtime, authenticate, verbose_validation_errors, limiter)
     router = APIRouter(route_class=HelixRoute)
 

@@ -75,6 +75,8 @@ class AgentRuntime:
         self.scrubber = scrubber
         self.service_name = service_name
         self._ctx: context.RuntimeContext | None = None
+        self._started: dict[str, Any] = {}
+        """Turn workflows started by this process: workflow id -> its in-process future."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -136,13 +138,30 @@ class AgentRuntime:
         context.install(self._ctx)
         DBOS.launch()
 
-    async def shutdown(self) -> None:
-        """Destroy DBOS and close the store. Parked turns stay durable and recover later."""
+    async def shutdown(self, grace_seconds: float = 2.0) -> None:
+        """Destroy DBOS and close the store. Parked turns stay durable and recover later.
+
+        Turns that are between steps (not parked) get ``grace_seconds`` to reach their next
+        park or their end, so a clean shutdown does not leave them to crash recovery.
+        """
+        await self._drain(grace_seconds)
         DBOS.destroy(destroy_registry=False)
         if self._ctx is not None:
             await self._ctx.store.close()
         context.uninstall()
         self._ctx = None
+
+    async def _drain(self, grace_seconds: float) -> None:
+        parked = self._ctx.parked if self._ctx is not None else set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
+        while loop.time() < deadline:
+            busy = [wid for wid, task in self._started.items()
+                    if not task.done() and wid not in parked]
+            if not busy:
+                break
+            await asyncio.sleep(0.01)
+        self._started = {w: t for w, t in self._started.items() if not t.done()}
 
     async def __aenter__(self) -> AgentRuntime:
         await self.launch()
@@ -176,6 +195,10 @@ class AgentRuntime:
             workflow = await DBOS.start_workflow_async(
                 run_turn, session_id, turn_id, state.agent_type, state.root_session_id
             )
+        task = getattr(workflow, "task", None)
+        if task is not None:
+            self._started = {w: t for w, t in self._started.items() if not t.done()}
+            self._started[workflow_id] = task
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
     async def resume(
