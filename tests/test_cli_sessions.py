@@ -287,7 +287,7 @@ async def test_fail_call_and_interrupt_from_other_processes(
     )
     assert (late.status, late.reason) == ("unknown_tool_call", "run_stopped")
     with psycopg.connect(pg_url) as conn:
-        statuses = dict(
+        statuses: dict[str, str] = dict(
             conn.execute(
                 "SELECT w.workflow_uuid, w.status FROM dbos.workflow_status w"
                 " JOIN __agents_states s ON s.workflow_id = w.workflow_uuid"
@@ -339,12 +339,12 @@ async def _unknown_session_and_unknown_call_fail_in_one_line(
 def empty_pg() -> Iterator[str]:
     name = f"helix_cli_empty_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+        conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield f"{PG_ADMIN_URL.rpartition('/')[0]}/{name}"
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_missing_migration_names_the_migrate_command(

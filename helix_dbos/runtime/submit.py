@@ -74,6 +74,9 @@ def measure_result_bytes(result: Any) -> int:
             Infinity, text with a lone surrogate).
     """
     encoded = json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if "\x00" in encoded or "\\u0000" in encoded:
+        # Postgres text and JSONB cannot hold NUL: such a result could never be stored.
+        raise ValueError("NUL character")
     return len(encoded.encode("utf-8"))
 
 
@@ -97,6 +100,10 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
             raise RequestValidationError(
                 "The submit is not a valid client-tool answer or approval",
                 cause="result_or_error",
+            )
+        if sub.error is not None and "\x00" in sub.error:
+            raise RequestValidationError(
+                "The submit is not a valid client-tool answer or approval", cause="error_not_text"
             )
         if sub.error is None:
             limit = ctx.settings.max_result_bytes

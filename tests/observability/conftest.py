@@ -38,7 +38,7 @@ def _with_db(name: str) -> str:
 
 def _admin(sql: str) -> None:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 class _Databases:

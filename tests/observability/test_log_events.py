@@ -277,7 +277,11 @@ def _failing_send(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     send_in_transaction = DBOSClient.send_in_transaction
 
     def failing_send_in_transaction(
-        client: DBOSClient, conn: Any, destination_id: str, message: Any, *args: Any,
+        client: DBOSClient,
+        conn: Any,
+        destination_id: str,
+        message: Any,
+        *args: Any,
         **kwargs: Any,
     ) -> None:
         fail_first(destination_id, message)

@@ -38,7 +38,7 @@ def _rows(url: str, kind: str | None = None) -> list[dict[str, Any]]:
         query += " WHERE kind = %s"
         params = (kind,)
     with psycopg.connect(url) as conn:
-        cur = conn.execute(query + " ORDER BY id", params)  # type: ignore[arg-type]
+        cur = conn.execute(query + " ORDER BY id", params)
         names = [c.name for c in cur.description or ()]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 

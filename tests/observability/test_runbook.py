@@ -72,7 +72,7 @@ class Runbook:
             sql = sql.replace(f"'{placeholder}'", f"'{value}'")
         self.ran.add(name)
         with psycopg.connect(self.url) as conn:
-            cur = conn.execute(sql)  # type: ignore[arg-type]
+            cur = conn.execute(sql)
             if cur.description is None:
                 return [(cur.rowcount,)]
             return list(cur.fetchall())
