@@ -48,8 +48,11 @@ def script(request: LLMRequest) -> LLMResponse:
     return reply("done")
 
 
-AGENT = define_agent("bench", llm=ScriptedLLM(script), tools=[
-    define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=600)])
+AGENT = define_agent(
+    "bench",
+    llm=ScriptedLLM(script),
+    tools=[define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=600)],
+)
 
 _raw_parked: set[str] = set()
 
@@ -134,8 +137,12 @@ async def latency(fn: Any, rt: AgentRuntime, n: int) -> dict[str, float]:
         s, r = await fn(rt)
         sus.append(s)
         res.append(r)
-    return {"suspend_p50": statistics.median(sus), "suspend_p95": pct(sus, 95),
-            "resume_p50": statistics.median(res), "resume_p95": pct(res, 95)}
+    return {
+        "suspend_p50": statistics.median(sus),
+        "suspend_p95": pct(sus, 95),
+        "resume_p50": statistics.median(res),
+        "resume_p95": pct(res, 95),
+    }
 
 
 async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) -> float:
@@ -180,8 +187,9 @@ async def main() -> None:
     with psycopg.connect(ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = ADMIN.rpartition("/")[0] + "/" + name
-    rt = AgentRuntime([AGENT], HelixSettings(database_url=url, executor_id="bench",
-                                             application_version="bench"))
+    rt = AgentRuntime(
+        [AGENT], HelixSettings(database_url=url, executor_id="bench", application_version="bench")
+    )
     await rt.launch()
     report: dict[str, Any] = {}
     try:
@@ -194,10 +202,12 @@ async def main() -> None:
             report[label] = lat
         for label in ("raw_dbos", "helix"):
             report[label]["rss_kib_per_parked"] = await parked_rss(
-                "raw" if label == "raw_dbos" else "helix", rt, args.parked)
+                "raw" if label == "raw_dbos" else "helix", rt, args.parked
+            )
         report["ratios_helix_over_raw"] = {
             k: report["helix"][k] / report["raw_dbos"][k]
-            for k in report["helix"] if report["raw_dbos"].get(k)
+            for k in report["helix"]
+            if report["raw_dbos"].get(k)
         }
     finally:
         await rt.shutdown()

@@ -215,6 +215,7 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
     that are missing or behind (naming ``helix-dbos migrate``), an unknown session.
     """
     import asyncio
+    import logging
 
     import sqlalchemy.exc
 
@@ -233,6 +234,10 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
         finally:
             await store.close()
 
+    # The runtime's log events (a refused submit logs a warning) are not the CLI's output: with
+    # no handler configured, logging's last resort would print them next to our one line.
+    quiet = logging.NullHandler()
+    logging.getLogger("helix_dbos").addHandler(quiet)
     try:
         urls = parse_database_url(url)
         if urls.is_sqlite and not os.path.exists(urls.sync.removeprefix("sqlite:///")):
@@ -253,6 +258,8 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
         raise
     except Exception as exc:  # one line, never a traceback (DBOS and driver errors included)
         raise CommandError(f"{type(exc).__name__}: {_first_line(exc)}") from None
+    finally:
+        logging.getLogger("helix_dbos").removeHandler(quiet)
 
 
 def _operator_context(store: Any, url: str, client: Any) -> Any:

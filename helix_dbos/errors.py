@@ -321,8 +321,14 @@ class ProviderError(HelixError):
 
     http_status = 502
 
-    def __init__(self, message: str, *, code: str = "provider_error", retryable: bool = False,
-                 status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "provider_error",
+        retryable: bool = False,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message, providerStatus=status)
         self.code = code
         self.retryable = retryable
@@ -334,5 +340,7 @@ class ProviderError(HelixError):
         )
 
 
-def _rebuild_provider(message: str, code: str, retryable: bool, status: int | None) -> ProviderError:
+def _rebuild_provider(
+    message: str, code: str, retryable: bool, status: int | None
+) -> ProviderError:
     return ProviderError(message, code=code, retryable=retryable, status=status)

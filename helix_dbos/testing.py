@@ -23,8 +23,9 @@ class _Capture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         name = getattr(record, "event", None)
         if name is not None:
-            self.events.append({"event": name, "level": record.levelname,
-                                **getattr(record, "fields", {})})
+            self.events.append(
+                {"event": name, "level": record.levelname, **getattr(record, "fields", {})}
+            )
 
 
 @contextmanager

@@ -252,12 +252,17 @@ async def test_fail_call_and_interrupt_from_other_processes(
     tcid = parked["solo_call"]["toolCallId"]
     root = parked["tree"].session_id
     child = parked["child_call"]["ownerSessionId"]
-    failed, stopped = await asyncio.gather(
+    failed, stopped, unknown = await asyncio.gather(
         asyncio.to_thread(
             cli_process, "fail-call", sid, tcid, "--error", FAIL_TEXT, "--json", url=pg_url
         ),
         asyncio.to_thread(cli_process, "interrupt", root, url=pg_url),
+        asyncio.to_thread(cli_process, "fail-call", root, "call_nope", url=pg_url),
     )
+    # A refused call: exit 2 and one line, even though the submit logged a warning (a real
+    # process has no log handler; the CLI keeps the runtime's events off its stderr).
+    err = assert_one_line_failure(unknown.returncode, unknown.stdout, unknown.stderr, "fail-call")
+    assert "no pending call 'call_nope'" in err
 
     # fail-call: accepted, and the parked turn wakes, the model reads the error, it completes.
     assert failed.returncode == 0, failed.stderr

@@ -16,7 +16,8 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     assert match is not None
     script = tmp_path / "example.py"
     script.write_text(match.group(1))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "completed"

@@ -30,7 +30,9 @@ def call(request: LLMRequest, *calls: tuple[str, dict[str, Any]], text: str = ""
         for i, (name, args) in enumerate(calls)
     ]
     return LLMResponse(
-        text=text, tool_calls=tool_calls, usage=Usage(input_tokens=10, output_tokens=5),
+        text=text,
+        tool_calls=tool_calls,
+        usage=Usage(input_tokens=10, output_tokens=5),
         stop_reason="tool_use",
     )
 

@@ -84,7 +84,10 @@ def log_event(name: str, **fields: Any) -> None:
     logger.log(level, name, extra={"event": name, "fields": fields, **_flat(fields)})
 
 
-_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+}
 
 
 def _flat(fields: dict[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,10 @@ def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     return [
         (call.id, call.name)
-        for m in history if m.role == "assistant"
-        for call in m.tool_calls if call.id not in answered
+        for m in history
+        if m.role == "assistant"
+        for call in m.tool_calls
+        if call.id not in answered
     ]
 
 
@@ -57,10 +59,14 @@ async def open_turn(
     if existing is None:
         state = await store.create_session(
             SessionState(
-                session_id=session_id, agent_type=agent_type,
+                session_id=session_id,
+                agent_type=agent_type,
                 root_session_id=root_session_id or session_id,
-                parent_session_id=parent_session_id, status="running", run_id=turn_id,
-                workflow_id=workflow_id, metadata=metadata or {},
+                parent_session_id=parent_session_id,
+                status="running",
+                run_id=turn_id,
+                workflow_id=workflow_id,
+                metadata=metadata or {},
             ),
             conn,
         )
@@ -68,7 +74,8 @@ async def open_turn(
         if existing.status in ACTIVE_STATUSES:
             raise AgentAlreadyRunningError(
                 f"Session {session_id!r} already has a turn {existing.status}",
-                sessionId=session_id, runId=existing.run_id,
+                sessionId=session_id,
+                runId=existing.run_id,
             )
 
         def claim(states: dict[str, SessionState]) -> None:
@@ -85,8 +92,14 @@ async def open_turn(
     history = await store.load_messages(session_id, conn)
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
     healed = [
-        Message(role="tool", tool_call_id=tcid, tool_name=name, is_error=True,
-                error_code="not_executed", content=humanize_client_tool_error("not_executed", name))
+        Message(
+            role="tool",
+            tool_call_id=tcid,
+            tool_name=name,
+            is_error=True,
+            error_code="not_executed",
+            content=humanize_client_tool_error("not_executed", name),
+        )
         for tcid, name in unpaired_tool_calls(history)
     ]
     entry = [Message(role="user", content=message)] if message is not None else []
@@ -99,8 +112,12 @@ async def open_turn(
 
 
 async def start_child_session(
-    child_session_id: str, child_turn_id: str, agent_type: str, root_session_id: str,
-    parent_session_id: str, message: str,
+    child_session_id: str,
+    child_turn_id: str,
+    agent_type: str,
+    root_session_id: str,
+    parent_session_id: str,
+    message: str,
 ) -> None:
     """Inside a parent turn: create the sub-agent's session and commit its entry (one step)."""
 
@@ -108,8 +125,13 @@ async def start_child_session(
         ctx = current()
         conn = await ctx.datasource.sql_session().connection()
         await open_turn(
-            ctx.store, conn, session_id=child_session_id, agent_type=agent_type,
-            turn_id=child_turn_id, message=message, root_session_id=root_session_id,
+            ctx.store,
+            conn,
+            session_id=child_session_id,
+            agent_type=agent_type,
+            turn_id=child_turn_id,
+            message=message,
+            root_session_id=root_session_id,
             parent_session_id=parent_session_id,
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from dbos import DBOS
@@ -41,7 +41,7 @@ __all__ = [
 
 R = TypeVar("R")
 
-async def _transaction(name: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+async def _transaction(name: str, fn: Callable[..., Coroutine[Any, Any, R]], *args: Any) -> R:
     """Run ``fn`` as a datasource transaction step named ``name``."""
     ctx = current()
     return await ctx.datasource.run_tx_step_async(ctx.tx_options(name), fn, *args)

@@ -25,7 +25,7 @@ def wake_local(workflow_id: str, topic: str) -> bool:
         from dbos._dbos import _get_dbos_instance
 
         signal = _get_dbos_instance()._sys_db.notifications_map.get(f"{workflow_id}::{topic}")
-    except Exception:  # noqa: BLE001 - no launched DBOS, or internals changed: durable path only
+    except Exception:
         return False
     if signal is None:
         return False
@@ -43,8 +43,13 @@ async def send_to_turn(
 
 
 async def send_in_transaction(
-    ctx: RuntimeContext, conn: AsyncConnection, workflow_id: str, message: dict[str, Any],
-    topic: str, key: str, **log_fields: Any,
+    ctx: RuntimeContext,
+    conn: AsyncConnection,
+    workflow_id: str,
+    message: dict[str, Any],
+    topic: str,
+    key: str,
+    **log_fields: Any,
 ) -> Literal["sent", "failed", "unavailable"]:
     """Enlist the message in the caller's store transaction (DBOS's public
     ``DBOSClient.send_in_transaction``): it becomes visible exactly when the answer commits.
@@ -64,8 +69,13 @@ async def send_in_transaction(
                     sync_conn, workflow_id, message, topic, key
                 )
             )
-    except Exception as exc:  # noqa: BLE001 - the answer commits; the wake-up is what failed
-        log_event("client_tool.send_event_failed", workflowId=workflow_id, toolCallId=topic,
-                  error=f"{type(exc).__name__}: {exc}", **log_fields)
+    except Exception as exc:
+        log_event(
+            "client_tool.send_event_failed",
+            workflowId=workflow_id,
+            toolCallId=topic,
+            error=f"{type(exc).__name__}: {exc}",
+            **log_fields,
+        )
         return "failed"
     return "sent"

@@ -56,7 +56,10 @@ def test_tombstone_retention_must_be_finite_and_not_negative(retention: float) -
 
 def test_tombstone_retention_zero_turns_it_off() -> None:
     """0 is allowed (retention off); the default is 24 h."""
-    assert define_agent("a", llm=LLM, completed_tombstone_retention=0).completed_tombstone_retention == 0
+    assert (
+        define_agent("a", llm=LLM, completed_tombstone_retention=0).completed_tombstone_retention
+        == 0
+    )
     assert define_agent("a", llm=LLM).completed_tombstone_retention == 24 * 3600
 
 

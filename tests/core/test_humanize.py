@@ -24,7 +24,9 @@ def test_builtin_text_names_the_tool() -> None:
 def test_a_deployment_can_supply_its_own_text() -> None:
     """An installed humanizer wins; returning None falls back to the built-in text."""
     set_client_tool_error_humanizer(
-        lambda code, tool: f"Zeitüberschreitung bei {tool}" if code == "client_tool_timeout" else None
+        lambda code, tool: (
+            f"Zeitüberschreitung bei {tool}" if code == "client_tool_timeout" else None
+        )
     )
     assert humanize_client_tool_error("client_tool_timeout", "x") == "Zeitüberschreitung bei x"
     assert "abandoned" in humanize_client_tool_error("client_tool_abandoned", "x")

@@ -21,7 +21,9 @@ async def make_runtime(db_url: str) -> AsyncIterator[MakeRuntime]:
 
     async def make(agents: Iterable[Agent], **settings: Any) -> AgentRuntime:
         values: dict[str, Any] = {
-            "database_url": db_url, "executor_id": "test-exec", "application_version": "test",
+            "database_url": db_url,
+            "executor_id": "test-exec",
+            "application_version": "test",
         }
         values.update(settings)
         runtime = AgentRuntime(agents, HelixSettings(**values))

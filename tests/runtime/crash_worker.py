@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from helix_dbos.config import HelixSettings  # noqa: E402
-from helix_dbos.runtime import AgentRuntime  # noqa: E402
-from tests.runtime.agents import editor_agent  # noqa: E402
+from helix_dbos.config import HelixSettings
+from helix_dbos.runtime import AgentRuntime
+from tests.runtime.agents import editor_agent
 
 EXECUTOR = "crash-exec"
 VERSION = "crash-test-1"
@@ -34,8 +34,10 @@ async def park(url: str, n: int) -> None:
     for i in range(n):
         handle = await runtime.start("editor", f"{1 + i % 2} edits")
         calls = await runtime.wait_for_pending(handle.session_id, 1 + i % 2)
-        print(json.dumps({"session": handle.session_id,
-                          "calls": [c["toolCallId"] for c in calls]}), flush=True)
+        print(
+            json.dumps({"session": handle.session_id, "calls": [c["toolCallId"] for c in calls]}),
+            flush=True,
+        )
     print("parked", flush=True)
     await asyncio.sleep(3600)
 

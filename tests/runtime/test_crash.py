@@ -20,8 +20,11 @@ WORKER = Path(crash_worker.__file__)
 
 def _run(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [sys.executable, str(WORKER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 
 
@@ -61,7 +64,9 @@ async def test_sigkill_with_parked_turns(pg_url: str) -> None:
         for turn in turns[2:]:
             await runtime.wait_for_pending(turn["session"], len(turn["calls"]), timeout=30)
             for tcid in turn["calls"]:
-                answer = await runtime.submit_tool_result(turn["session"], tcid, result={"applied": 2})
+                answer = await runtime.submit_tool_result(
+                    turn["session"], tcid, result={"applied": 2}
+                )
                 assert answer.status == "accepted"
             assert (await runtime.wait(turn["session"], timeout=30))["status"] == "completed"
         for turn in turns:

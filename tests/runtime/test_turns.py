@@ -11,17 +11,19 @@ import sqlalchemy as sa
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.store.schema import messages
-
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
 
 async def _tool_rows(runtime, session_id: str) -> list[str]:
     async with runtime.store.engine.connect() as conn:
-        rows = (await conn.execute(
-            sa.select(messages.c.tool_call_id).where(
-                messages.c.session_id == session_id, messages.c.role == "tool")
-        )).all()
+        rows = (
+            await conn.execute(
+                sa.select(messages.c.tool_call_id).where(
+                    messages.c.session_id == session_id, messages.c.role == "tool"
+                )
+            )
+        ).all()
     return [r.tool_call_id for r in rows]
 
 
@@ -94,10 +96,12 @@ async def test_fifty_concurrent_identical_submits(make_runtime: MakeRuntime) -> 
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
     (call,) = await runtime.wait_for_pending(handle.session_id)
-    answers = await asyncio.gather(*[
-        runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 7})
-        for _ in range(50)
-    ])
+    answers = await asyncio.gather(
+        *[
+            runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 7})
+            for _ in range(50)
+        ]
+    )
     statuses = [a.status for a in answers]
     assert statuses.count("accepted") == 1
     assert statuses.count("already_completed") == 49
@@ -105,7 +109,8 @@ async def test_fifty_concurrent_identical_submits(make_runtime: MakeRuntime) -> 
     assert await _tool_rows(runtime, handle.session_id) == [call["toolCallId"]]
     history = await runtime.messages(handle.session_id)
     assert [m.result for m in history if m.role == "tool"] == [{"applied": 7, "failed": 0}] or [
-        m.result for m in history if m.role == "tool"] == [{"applied": 7}]
+        m.result for m in history if m.role == "tool"
+    ] == [{"applied": 7}]
 
 
 async def test_invalid_and_oversized_results_are_refused(make_runtime: MakeRuntime) -> None:
@@ -151,7 +156,9 @@ async def test_unknown_tool_call(make_runtime: MakeRuntime) -> None:
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
     await runtime.wait_for_pending(handle.session_id)
-    answer = await runtime.submit_tool_result(handle.session_id, "never-issued", result={"applied": 1})
+    answer = await runtime.submit_tool_result(
+        handle.session_id, "never-issued", result={"applied": 1}
+    )
     assert answer.status == "unknown_tool_call"
     answer = await runtime.submit_tool_result("no-such-session", "x", result={"applied": 1})
     assert answer.status == "unknown_tool_call"
