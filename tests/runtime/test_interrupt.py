@@ -97,6 +97,33 @@ def assert_valid_history(history: list[Message]) -> None:
             assert [f.tool_call_id for f in following] == [c.id for c in m.tool_calls], history
 
 
+def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: Any) -> None:
+    """Make every submit's wake-up fail (the answer is still stored): both the send enlisted
+    in the answer's transaction and a plain send after it."""
+
+    def lost(message: Any) -> bool:
+        return isinstance(message, dict) and message.get("kind") == "answer"
+
+    real_send = DBOS.send_async
+
+    async def losing_send(destination_id: str, message: Any, topic: Any = None, **kw: Any) -> None:
+        if lost(message):
+            raise ConnectionError("the wake-up was lost")
+        await real_send(destination_id, message, topic, **kw)
+
+    monkeypatch.setattr(DBOS, "send_async", losing_send)
+    client = getattr(rt.ctx, "client", None)
+    if client is not None:
+        real_tx = client.send_in_transaction
+
+        def losing_tx(conn: Any, destination_id: str, message: Any, *args: Any, **kw: Any) -> Any:
+            if lost(message):
+                raise ConnectionError("the wake-up was lost")
+            return real_tx(conn, destination_id, message, *args, **kw)
+
+        monkeypatch.setattr(client, "send_in_transaction", losing_tx)
+
+
 async def test_interrupt_while_parked(make_runtime: Any) -> None:
     llm = ScriptedLLM(script)
     rt = await make_runtime([asker(llm)])
@@ -239,16 +266,7 @@ async def test_interrupt_wakes_a_turn_parked_on_an_answer_whose_wake_was_lost(
     llm = ScriptedLLM(script)
     rt = await make_runtime([asker(llm)])
     sid, [pending] = await parked(rt)
-    real_send = DBOS.send_async
-
-    async def losing_answers(
-        destination_id: str, message: Any, topic: Any = None, **kw: Any
-    ) -> None:
-        if isinstance(message, dict) and message.get("kind") == "answer":
-            raise ConnectionError("the wake-up was lost")
-        await real_send(destination_id, message, topic, **kw)
-
-    monkeypatch.setattr(DBOS, "send_async", losing_answers)
+    lose_answer_wakeups(rt, monkeypatch)
     with capture_log_events() as logged:
         answer = await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
     assert answer.status == "accepted"

@@ -22,6 +22,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import AgentNotResumableError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
+from helix_dbos.testing import capture_log_events
 
 NEW_MESSAGE = "never mind, do Y instead"
 
@@ -84,6 +85,33 @@ async def parked_on_two(rt: AgentRuntime) -> tuple[str, list[dict[str, Any]]]:
     return handle.session_id, pending
 
 
+def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: Any) -> None:
+    """Make every submit's wake-up fail (the answer is still stored): both the send enlisted
+    in the answer's transaction and a plain send after it."""
+
+    def lost(message: Any) -> bool:
+        return isinstance(message, dict) and message.get("kind") == "answer"
+
+    real_send = DBOS.send_async
+
+    async def losing_send(destination_id: str, message: Any, topic: Any = None, **kw: Any) -> None:
+        if lost(message):
+            raise ConnectionError("the wake-up was lost")
+        await real_send(destination_id, message, topic, **kw)
+
+    monkeypatch.setattr(DBOS, "send_async", losing_send)
+    client = getattr(rt.ctx, "client", None)
+    if client is not None:
+        real_tx = client.send_in_transaction
+
+        def losing_tx(conn: Any, destination_id: str, message: Any, *args: Any, **kw: Any) -> Any:
+            if lost(message):
+                raise ConnectionError("the wake-up was lost")
+            return real_tx(conn, destination_id, message, *args, **kw)
+
+        monkeypatch.setattr(client, "send_in_transaction", losing_tx)
+
+
 async def test_with_message_abandon_pending_is_one_entry(make_runtime: Any) -> None:
     """One call answered, one not: the answer is kept, the other abandoned, then the message,
     then exactly one model call."""
@@ -137,18 +165,12 @@ async def test_abandon_wakes_a_turn_parked_on_an_answer_whose_wake_was_lost(
     llm = ScriptedLLM(two_questions)
     rt = await make_runtime([agent_with(llm)])
     sid, (first, second) = await parked_on_two(rt)
-    real_send = DBOS.send_async
-
-    async def losing_answers(
-        destination_id: str, message: Any, topic: Any = None, **kw: Any
-    ) -> None:
-        if isinstance(message, dict) and message.get("kind") == "answer":
-            raise ConnectionError("the wake-up was lost")
-        await real_send(destination_id, message, topic, **kw)
-
-    monkeypatch.setattr(DBOS, "send_async", losing_answers)
-    answer = await rt.submit_tool_result(sid, first["toolCallId"], result={"answer": "blue"})
+    lose_answer_wakeups(rt, monkeypatch)
+    with capture_log_events() as logged:
+        answer = await rt.submit_tool_result(sid, first["toolCallId"], result={"answer": "blue"})
     assert answer.status == "accepted"
+    assert [e for e in logged if e["event"] == "client_tool.send_event_failed"]
+    assert (await rt.session(sid)).pending[first["toolCallId"]].submitted_at is not None
 
     await rt.resume(sid, "with_message", NEW_MESSAGE, abandon_pending=True)
     assert (await rt.wait(sid, timeout=10))["status"] == "completed"
