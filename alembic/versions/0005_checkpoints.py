@@ -32,9 +32,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("checkpoint_id", name="pk___agents_checkpoints"),
     )
-    op.create_index(
-        "ix___agents_checkpoints_session_id", "__agents_checkpoints", ["session_id"]
-    )
+    op.create_index("ix___agents_checkpoints_session_id", "__agents_checkpoints", ["session_id"])
     with op.batch_alter_table("__agents_states") as batch:
         batch.add_column(sa.Column("latest_checkpoint_id", sa.Text, nullable=True))
 

@@ -130,7 +130,10 @@ class AgentRuntime:
             s.urls.async_, engine=store.engine, run_migrations=s.run_migrations
         )
         self._ctx = context.RuntimeContext(
-            settings=s, registry=self.registry, store=store, datasource=datasource,
+            settings=s,
+            registry=self.registry,
+            store=store,
+            datasource=datasource,
             scrubber=self.scrubber,
             client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         )
@@ -156,8 +159,9 @@ class AgentRuntime:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_seconds
         while loop.time() < deadline:
-            busy = [wid for wid, task in self._started.items()
-                    if not task.done() and wid not in parked]
+            busy = [
+                wid for wid, task in self._started.items() if not task.done() and wid not in parked
+            ]
             if not busy:
                 break
             await asyncio.sleep(0.01)
@@ -172,7 +176,9 @@ class AgentRuntime:
 
     # -- entries ----------------------------------------------------------------------------
 
-    async def start(self, agent_type: str, message: str, session_id: str | None = None) -> TurnHandle:
+    async def start(
+        self, agent_type: str, message: str, session_id: str | None = None
+    ) -> TurnHandle:
         """Start a turn: a new session, or the next turn of an idle/ended session.
 
         Raises:
@@ -187,8 +193,12 @@ class AgentRuntime:
         turn_id = f"run_{uuid.uuid4().hex[:24]}"
         async with self.store.transaction() as conn:
             state = await open_turn(
-                self.store, conn, session_id=session_id, agent_type=agent_type,
-                turn_id=turn_id, message=message,
+                self.store,
+                conn,
+                session_id=session_id,
+                agent_type=agent_type,
+                turn_id=turn_id,
+                message=message,
             )
         workflow_id = names.turn_workflow_id(session_id, turn_id)
         with SetWorkflowID(workflow_id):
@@ -223,13 +233,15 @@ class AgentRuntime:
         if state.status in ("completed", "failed"):
             raise AgentNotResumableError(
                 f"Session {session_id!r} is {state.status}; send the next message with start()",
-                sessionId=session_id, status=state.status,
+                sessionId=session_id,
+                status=state.status,
             )
         if state.status == "interrupted" or state.status == "idle":
             if mode == "continue":
                 raise AgentNotResumableError(
                     f"Session {session_id!r} is {state.status}: nothing to continue",
-                    sessionId=session_id, status=state.status,
+                    sessionId=session_id,
+                    status=state.status,
                 )
             return await self._enter(session_id, state.agent_type, message)
         if mode == "with_message":
@@ -241,12 +253,16 @@ class AgentRuntime:
     async def _continue(self, root: SessionState) -> TurnHandle:
         at = now_ms()
         for state in await tree_of(self.ctx, root.session_id):
-            awaited = [p.tool_call_id for p in unanswered(batch_of(state.pending, state.run_id or ""))
-                       if not p.lapsed_by(at)]
+            awaited = [
+                p.tool_call_id
+                for p in unanswered(batch_of(state.pending, state.run_id or ""))
+                if not p.lapsed_by(at)
+            ]
             if awaited:
                 exc = AgentNotResumableError(
                     f"The batch is partial: still awaiting {', '.join(awaited)}",
-                    sessionId=root.session_id, awaitedToolCallIds=awaited,
+                    sessionId=root.session_id,
+                    awaitedToolCallIds=awaited,
                 )
                 exc.retryable = True
                 raise exc
@@ -284,9 +300,16 @@ class AgentRuntime:
         return await submit(
             self.ctx,
             Submission(
-                session_id=session_id, tool_call_id=tool_call_id, kind=kind, result=result,
-                error=error, approval_id=approval_id, approved=approved, reason=reason,
-                edited_input=edited_input, shown_input=shown_input,
+                session_id=session_id,
+                tool_call_id=tool_call_id,
+                kind=kind,
+                result=result,
+                error=error,
+                approval_id=approval_id,
+                approved=approved,
+                reason=reason,
+                edited_input=edited_input,
+                shown_input=shown_input,
             ),
         )
 
@@ -308,7 +331,9 @@ class AgentRuntime:
         """The session's conversation."""
         return await self.store.load_messages(session_id)
 
-    async def events(self, session_id: str, after: int = 0, limit: int = 1000) -> list[SessionEvent]:
+    async def events(
+        self, session_id: str, after: int = 0, limit: int = 1000
+    ) -> list[SessionEvent]:
         """The session's events after sequence ``after``."""
         return await self.store.read_events(session_id, after, limit)
 
@@ -321,23 +346,40 @@ class AgentRuntime:
         tree = await tree_of(self.ctx, session_id)
         top = tree[0]
         pending = [
-            {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "input": p.input,
-             "deadlineAt": p.deadline_at, "kind": p.kind, "ownerSessionId": s.session_id,
-             **({"approvalId": p.approval_id} if p.approval_id else {}),
-             **({"submittedAt": p.submitted_at} if p.submitted_at else {})}
-            for s in tree for p in sorted(s.pending.values(), key=lambda p: p.index)
+            {
+                "toolCallId": p.tool_call_id,
+                "toolName": p.tool_name,
+                "input": p.input,
+                "deadlineAt": p.deadline_at,
+                "kind": p.kind,
+                "ownerSessionId": s.session_id,
+                **({"approvalId": p.approval_id} if p.approval_id else {}),
+                **({"submittedAt": p.submitted_at} if p.submitted_at else {}),
+            }
+            for s in tree
+            for p in sorted(s.pending.values(), key=lambda p: p.index)
         ]
         status = top.status
         if status == "running" and any(p.get("submittedAt") is None for p in pending):
             status = "suspended_client_tool"
-        body: dict[str, Any] = {"sessionId": top.session_id, "status": status, "runId": top.run_id,
-                                "pendingToolCalls": pending}
+        body: dict[str, Any] = {
+            "sessionId": top.session_id,
+            "status": status,
+            "runId": top.run_id,
+            "pendingToolCalls": pending,
+        }
         if top.error:
             body["error"] = top.error
         return body
 
-    async def wait(self, session_id: str, *, until: Iterable[str] = _TERMINAL,
-                   timeout: float = 30.0, interval: float = 0.02) -> dict[str, Any]:
+    async def wait(
+        self,
+        session_id: str,
+        *,
+        until: Iterable[str] = _TERMINAL,
+        timeout: float = 30.0,
+        interval: float = 0.02,
+    ) -> dict[str, Any]:
         """Poll ``status`` until it is one of ``until``; returns the status view.
 
         Raises:
@@ -351,10 +393,14 @@ class AgentRuntime:
             if view["status"] in wanted:
                 return view
             if loop.time() > deadline:
-                raise TimeoutError(f"Session {session_id} is {view['status']}, not {sorted(wanted)}")
+                raise TimeoutError(
+                    f"Session {session_id} is {view['status']}, not {sorted(wanted)}"
+                )
             await asyncio.sleep(interval)
 
-    async def wait_for_pending(self, session_id: str, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
+    async def wait_for_pending(
+        self, session_id: str, count: int = 1, timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
         """Poll until at least ``count`` unanswered pending calls exist; returns them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -364,7 +410,9 @@ class AgentRuntime:
             if len(waiting) >= count:
                 return waiting
             if view["status"] in _TERMINAL or loop.time() > deadline:
-                raise TimeoutError(f"Session {session_id} is {view['status']} with {len(waiting)} pending calls")
+                raise TimeoutError(
+                    f"Session {session_id} is {view['status']} with {len(waiting)} pending calls"
+                )
             await asyncio.sleep(0.01)
 
 

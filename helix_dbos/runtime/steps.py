@@ -41,6 +41,7 @@ __all__ = [
 
 R = TypeVar("R")
 
+
 async def _transaction(name: str, fn: Callable[..., Coroutine[Any, Any, R]], *args: Any) -> R:
     """Run ``fn`` as a datasource transaction step named ``name``."""
     ctx = current()
@@ -111,11 +112,17 @@ def _pending_entries(
     return entries
 
 
-def _start_events(plan: list[dict[str, Any]], entries: dict[str, PendingCall]) -> list[dict[str, Any]]:
+def _start_events(
+    plan: list[dict[str, Any]], entries: dict[str, PendingCall]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for item in plan:
         entry = entries.get(item["toolCallId"])
-        common = {"toolCallId": item["toolCallId"], "toolName": item["toolName"], "input": item["input"]}
+        common = {
+            "toolCallId": item["toolCallId"],
+            "toolName": item["toolName"],
+            "input": item["input"],
+        }
         if entry is not None and entry.kind == "approval":
             out.append(
                 event(
@@ -152,8 +159,16 @@ async def commit_model(
         ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
     """
     return await _transaction(
-        names.COMMIT_MODEL_STEP, _commit_model, session_id, root_session_id, run_id, step,
-        model, plan, retention_ms, final_summary,
+        names.COMMIT_MODEL_STEP,
+        _commit_model,
+        session_id,
+        root_session_id,
+        run_id,
+        step,
+        model,
+        plan,
+        retention_ms,
+        final_summary,
     )
 
 
@@ -178,12 +193,21 @@ async def _commit_model(
         conn,
     )
     await ctx.store.record_usage(
-        [metrics.token_row(response.usage, session_id=session_id, run_id=run_id, step=step,
-                           llm_name=model.get("llm", "llm"), at_ms=at)],
+        [
+            metrics.token_row(
+                response.usage,
+                session_id=session_id,
+                run_id=run_id,
+                step=step,
+                llm_name=model.get("llm", "llm"),
+                at_ms=at,
+            )
+        ],
         conn,
     )
     entries = _pending_entries(plan, run_id, at, retention_ms)
     if entries:
+
         def register(states: dict[str, SessionState]) -> None:
             owner, root = states[session_id], states[root_session_id]
             owner.pending.update(entries)
@@ -192,7 +216,10 @@ async def _commit_model(
                 root.ownership[tcid] = session_id
 
         await ctx.store.update(
-            [session_id, root_session_id], register, attempts=OWNERSHIP_ATTEMPTS, conn=conn,
+            [session_id, root_session_id],
+            register,
+            attempts=OWNERSHIP_ATTEMPTS,
+            conn=conn,
             retry_event="client_tool.ownership_retry",
             failed_event="client_tool.ownership_write_failed",
         )
@@ -203,19 +230,22 @@ async def _commit_model(
         new_events.append(event("text", text=response.text, step=step))
     new_events.extend(_start_events(plan, entries))
     if entries:
-        new_events.append(
-            event("suspended", toolCallIds=list(entries), reason="client_tool")
-        )
+        new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     if final_summary is not None:
         new_events.append(event("turn_end", outcome="completed", text=response.text))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
     if final_summary is not None:
-        log_event("turn.summary", sessionId=session_id, runId=run_id, outcome="completed",
-                  **final_summary)
+        log_event(
+            "turn.summary", sessionId=session_id, runId=run_id, outcome="completed", **final_summary
+        )
     for entry in entries.values():
         log_event(
-            "client_tool.suspended", sessionId=session_id, runId=run_id,
-            toolCallId=entry.tool_call_id, toolName=entry.tool_name, deadlineAt=entry.deadline_at,
+            "client_tool.suspended",
+            sessionId=session_id,
+            runId=run_id,
+            toolCallId=entry.tool_call_id,
+            toolName=entry.tool_name,
+            deadlineAt=entry.deadline_at,
             kind=entry.kind,
         )
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
@@ -232,11 +262,17 @@ def _jsonable(value: Any) -> Any:
 
 
 @DBOS.step(name=names.SERVER_TOOL_STEP)
-async def run_server_tool(agent_type: str, tool_name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+async def run_server_tool(
+    agent_type: str, tool_name: str, tool_input: dict[str, Any]
+) -> dict[str, Any]:
     """Run a server tool; a tool's own failure is a failed tool result, not a failed turn."""
     tool = current().registry.get(agent_type).tool(tool_name)
     if tool is None or tool.function is None:
-        return {"ok": False, "error": f"Unknown server tool {tool_name!r}", "errorCode": "tool_execution_failed"}
+        return {
+            "ok": False,
+            "error": f"Unknown server tool {tool_name!r}",
+            "errorCode": "tool_execution_failed",
+        }
     try:
         args = tool.input_model.model_validate(tool_input)
         value = tool.function(args)
@@ -244,10 +280,17 @@ async def run_server_tool(agent_type: str, tool_name: str, tool_input: dict[str,
             value = await value
         return {"ok": True, "result": _jsonable(value)}
     except ValidationError as exc:
-        return {"ok": False, "error": f"Invalid arguments: {exc.errors(include_url=False)}",
-                "errorCode": "validation_failed"}
-    except Exception as exc:  # noqa: BLE001 - the model reads the failure and may recover
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "errorCode": "tool_execution_failed"}
+        return {
+            "ok": False,
+            "error": f"Invalid arguments: {exc.errors(include_url=False)}",
+            "errorCode": "validation_failed",
+        }
+    except Exception as exc:  # the model reads the failure and may recover
+        return {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "errorCode": "tool_execution_failed",
+        }
 
 
 # -- parking and draining -------------------------------------------------------------------
@@ -271,20 +314,31 @@ def tool_result_message(result: dict[str, Any]) -> Message:
     if result.get("ok"):
         value = result.get("result")
         return Message(
-            role="tool", tool_call_id=result["toolCallId"], tool_name=result["toolName"],
-            content=json.dumps(value), result=value,
+            role="tool",
+            tool_call_id=result["toolCallId"],
+            tool_name=result["toolName"],
+            content=json.dumps(value),
+            result=value,
         )
     code = result.get("errorCode")
     text = result.get("error") or humanize_client_tool_error(code or "", result["toolName"])
     return Message(
-        role="tool", tool_call_id=result["toolCallId"], tool_name=result["toolName"],
-        content=text, is_error=True, error_code=code,
+        role="tool",
+        tool_call_id=result["toolCallId"],
+        tool_name=result["toolName"],
+        content=text,
+        is_error=True,
+        error_code=code,
     )
 
 
 async def commit_results(
-    session_id: str, root_session_id: str, run_id: str, next_run: str,
-    plan: list[dict[str, Any]], given: dict[str, dict[str, Any]],
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    next_run: str,
+    plan: list[dict[str, Any]],
+    given: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -298,14 +352,24 @@ async def commit_results(
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
     return await _transaction(
-        names.COMMIT_RESULTS_STEP, _commit_results, session_id, root_session_id, run_id,
-        next_run, plan, given,
+        names.COMMIT_RESULTS_STEP,
+        _commit_results,
+        session_id,
+        root_session_id,
+        run_id,
+        next_run,
+        plan,
+        given,
     )
 
 
 async def _commit_results(
-    session_id: str, root_session_id: str, run_id: str, next_run: str,
-    plan: list[dict[str, Any]], given: dict[str, dict[str, Any]],
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    next_run: str,
+    plan: list[dict[str, Any]],
+    given: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     ctx = current()
     conn = await _conn()
@@ -322,11 +386,15 @@ async def _commit_results(
             tcid = item["toolCallId"]
             entry = owner.pending.pop(tcid, None)
             if tcid not in resolved:
-                current_entry = entry.dump() if entry is not None and entry.run_id == run_id else None
+                current_entry = (
+                    entry.dump() if entry is not None and entry.run_id == run_id else None
+                )
                 resolved[tcid] = resolve_call(item, current_entry, abandon)
             root.ownership.pop(tcid, None)
             root.completed[tcid] = Tombstone(
-                completed_at=at, outcome=resolved[tcid]["outcome"], run_id=run_id,
+                completed_at=at,
+                outcome=resolved[tcid]["outcome"],
+                run_id=run_id,
                 owner_session_id=session_id,
                 retention_ms=entry.completed_retention_ms if entry else 0,
             )
@@ -337,7 +405,10 @@ async def _commit_results(
 
     if suspending:
         _, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id], settle, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn,
+            [session_id, root_session_id],
+            settle,
+            attempts=PENDING_CLEAR_ATTEMPTS,
+            conn=conn,
             retry_event="client_tool.clear_pending_retry",
             failed_event="client_tool.clear_failed_exhausted",
         )
@@ -350,14 +421,24 @@ async def _commit_results(
     await ctx.store.append_messages(session_id, run_id, new_messages, conn)
     usage_rows: list[dict[str, Any]] = []
     for r in suspended:
-        common = {"session_id": session_id, "run_id": run_id, "tool_call_id": r["toolCallId"],
-                  "tool_name": r["toolName"], "at_ms": at}
+        common = {
+            "session_id": session_id,
+            "run_id": run_id,
+            "tool_call_id": r["toolCallId"],
+            "tool_name": r["toolName"],
+            "at_ms": at,
+        }
         usage_rows.append(metrics.wait_row(wait_ms=r.get("waitMs", 0), **common))
         if r["outcome"] == "timeout":
             usage_rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
-            log_event("client_tool.timeout", sessionId=session_id, runId=run_id,
-                      toolCallId=r["toolCallId"], toolName=r["toolName"],
-                      deadlineAt=r.get("deadlineAt"))
+            log_event(
+                "client_tool.timeout",
+                sessionId=session_id,
+                runId=run_id,
+                toolCallId=r["toolCallId"],
+                toolName=r["toolName"],
+                deadlineAt=r.get("deadlineAt"),
+            )
     await ctx.store.record_usage(usage_rows, conn)
     end_events = []
     for r in results:
@@ -376,8 +457,11 @@ async def _commit_results(
 
 def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
     # Markers are reaped on the next marker write; retention 0 means "reap at the next write".
-    for tcid in [k for k, t in root.completed.items()
-                 if k not in keep and t.completed_at + t.retention_ms <= at]:
+    for tcid in [
+        k
+        for k, t in root.completed.items()
+        if k not in keep and t.completed_at + t.retention_ms <= at
+    ]:
         del root.completed[tcid]
 
 
@@ -397,24 +481,36 @@ def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, Sessi
 
 
 async def finish_turn(
-    session_id: str, run_id: str, outcome: str, text: str, error: dict[str, Any] | None,
+    session_id: str,
+    run_id: str,
+    outcome: str,
+    text: str,
+    error: dict[str, Any] | None,
     summary: dict[str, Any],
 ) -> None:
     """Record the turn's end: status, error, the ``turn_end`` event and the summary line."""
-    await _transaction(names.FINISH_STEP, _finish_turn, session_id, run_id, outcome, text, error, summary)
+    await _transaction(
+        names.FINISH_STEP, _finish_turn, session_id, run_id, outcome, text, error, summary
+    )
 
 
 async def _finish_turn(
-    session_id: str, run_id: str, outcome: str, text: str, error: dict[str, Any] | None,
+    session_id: str,
+    run_id: str,
+    outcome: str,
+    text: str,
+    error: dict[str, Any] | None,
     summary: dict[str, Any],
 ) -> None:
     ctx = current()
     conn = await _conn()
     status = "completed" if outcome == "completed" else "failed"
-    await ctx.store.update([session_id], _end(status, error), attempts=PENDING_CLEAR_ATTEMPTS,
-                           conn=conn)
+    await ctx.store.update(
+        [session_id], _end(status, error), attempts=PENDING_CLEAR_ATTEMPTS, conn=conn
+    )
     await ctx.store.append_events(
-        session_id, run_id,
+        session_id,
+        run_id,
         [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],
         conn,
     )

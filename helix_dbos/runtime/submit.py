@@ -116,8 +116,13 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
                     cause="result_not_json",
                 ) from None
             if size > limit:
-                log_event("submit_tool_result.result_too_large", sessionId=sub.session_id,
-                          toolCallId=sub.tool_call_id, sizeBytes=size, limitBytes=limit)
+                log_event(
+                    "submit_tool_result.result_too_large",
+                    sessionId=sub.session_id,
+                    toolCallId=sub.tool_call_id,
+                    sizeBytes=size,
+                    limitBytes=limit,
+                )
                 raise PayloadTooLargeError("tool_result", limit, size)
     elif sub.approval_id is None or sub.approved is None:
         raise RequestValidationError(
@@ -125,8 +130,13 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
         )
 
 
-def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_input_model: Any,
-              output_model: Any) -> dict[str, Any]:
+def _response(
+    sub: Submission,
+    entry: PendingCall,
+    ctx: RuntimeContext,
+    tool_input_model: Any,
+    output_model: Any,
+) -> dict[str, Any]:
     """Validate the answer against the call and build what is stored on the entry."""
     if sub.kind == "client-tool-result":
         if entry.kind != "client":
@@ -140,10 +150,15 @@ def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_inp
             try:
                 output_model.model_validate(sub.result)
             except ValidationError as exc:
-                log_event("client_tool.validation_failed", sessionId=sub.session_id,
-                          toolCallId=sub.tool_call_id, toolName=entry.tool_name)
-                raise InvalidResultError(entry.tool_name, sub.tool_call_id,
-                                         exc.errors(include_url=False)) from None
+                log_event(
+                    "client_tool.validation_failed",
+                    sessionId=sub.session_id,
+                    toolCallId=sub.tool_call_id,
+                    toolName=entry.tool_name,
+                )
+                raise InvalidResultError(
+                    entry.tool_name, sub.tool_call_id, exc.errors(include_url=False)
+                ) from None
         return {"result": sub.result}
     if entry.kind != "approval":
         raise RequestValidationError(
@@ -154,9 +169,13 @@ def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_inp
         raise ApprovalMismatchError(
             "The approvalId does not match the pending approval", toolCallId=sub.tool_call_id
         )
-    if sub.shown_input is not None and args_digest(entry.tool_name, sub.shown_input) != entry.args_digest:
+    if (
+        sub.shown_input is not None
+        and args_digest(entry.tool_name, sub.shown_input) != entry.args_digest
+    ):
         raise ApprovalMismatchError(
-            "The approval was given for other arguments than the call's", toolCallId=sub.tool_call_id
+            "The approval was given for other arguments than the call's",
+            toolCallId=sub.tool_call_id,
         )
     decision: dict[str, Any] = {"approved": bool(sub.approved)}
     if sub.reason is not None:
@@ -169,8 +188,10 @@ def _response(sub: Submission, entry: PendingCall, ctx: RuntimeContext, tool_inp
         except ValidationError:
             # The edit failed the tool's INPUT schema: not an invalid (output) result.
             raise RequestValidationError(
-                "The edited arguments failed the tool's input schema", cause="edited_input",
-                toolName=entry.tool_name, toolCallId=sub.tool_call_id,
+                "The edited arguments failed the tool's input schema",
+                cause="edited_input",
+                toolName=entry.tool_name,
+                toolCallId=sub.tool_call_id,
             ) from None
         decision["editedInput"] = sub.edited_input
     return decision
@@ -188,39 +209,57 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
     tcid = sub.tool_call_id
     root = await store.load(sub.session_id)
     if root is None:
-        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
-                  reason="root_state_not_found")
+        log_event(
+            "client_tool.submit_unknown",
+            sessionId=sub.session_id,
+            toolCallId=tcid,
+            reason="root_state_not_found",
+        )
         return _unknown(tcid)
     tombstone = root.completed.get(tcid)
     if tombstone is not None:
         if tombstone.outcome == "stopped":
             return _unknown(tcid, "run_stopped")
         if tombstone.outcome == "timeout":
-            log_event("client_tool.submit_late", sessionId=sub.session_id, toolCallId=tcid,
-                      runId=tombstone.run_id, completedAt=tombstone.completed_at,
-                      submittedAt=now_ms())
+            log_event(
+                "client_tool.submit_late",
+                sessionId=sub.session_id,
+                toolCallId=tcid,
+                runId=tombstone.run_id,
+                completedAt=tombstone.completed_at,
+                submittedAt=now_ms(),
+            )
             return _unknown(tcid, "deadline_lapsed")
-        return SubmitAnswer(status="already_completed", continuation=Continuation(kind="consumed"),
-                            tool_call_id=tcid)
+        return SubmitAnswer(
+            status="already_completed",
+            continuation=Continuation(kind="consumed"),
+            tool_call_id=tcid,
+        )
     owner_id = root.ownership.get(tcid)
     if owner_id is None:
         reason = "ownership_missing_toolcall" if root.ownership else "ownership_map_absent"
-        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
-                  reason=reason)
+        log_event(
+            "client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid, reason=reason
+        )
         return _unknown(tcid)
     owner = root if owner_id == root.session_id else await store.load(owner_id)
     entry = owner.pending.get(tcid) if owner is not None else None
     if owner is None or entry is None:
-        log_event("client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid,
-                  reason="ownership_missing_toolcall")
+        log_event(
+            "client_tool.submit_unknown",
+            sessionId=sub.session_id,
+            toolCallId=tcid,
+            reason="ownership_missing_toolcall",
+        )
         return _unknown(tcid)
     if entry.submitted_at is not None:
         return await _duplicate(ctx, owner, entry)
     # An error skips validation, so it needs no agent definition (the CLI's fail-call).
     known = sub.error is None or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
-    response = _response(sub, entry, ctx, tool.input_model if tool else None,
-                         tool.output_model if tool else None)
+    response = _response(
+        sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
+    )
 
     def store_answer(states: dict[str, SessionState]) -> tuple[str, SessionState]:
         o = states[owner_id]
@@ -247,10 +286,14 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
         sent = "skipped"
         if outcome == "accepted" and owner_after.workflow_id is not None:
             sent = await send_in_transaction(
-                ctx, conn, owner_after.workflow_id,
-                {"kind": "answer", "toolCallId": tcid}, names.tool_result_topic(tcid),
+                ctx,
+                conn,
+                owner_after.workflow_id,
+                {"kind": "answer", "toolCallId": tcid},
+                names.tool_result_topic(tcid),
                 names.submit_idempotency_key(entry.run_id, tcid),
-                sessionId=owner_after.session_id, runId=entry.run_id,
+                sessionId=owner_after.session_id,
+                runId=entry.run_id,
             )
     if outcome == "gone":
         # Drained or cleared between our read and the write: read once more for the verdict.
@@ -258,32 +301,49 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
     if outcome == "superseded":
         raise RunSupersededError(
             "The call's run was superseded by another entry; nothing was written",
-            toolCallId=tcid, runId=entry.run_id,
+            toolCallId=tcid,
+            runId=entry.run_id,
         )
     if outcome == "lapsed":
-        log_event("client_tool.submit_late", sessionId=sub.session_id, toolCallId=tcid,
-                  runId=entry.run_id, toolName=entry.tool_name, deadlineAt=entry.deadline_at,
-                  submittedAt=now_ms())
+        log_event(
+            "client_tool.submit_late",
+            sessionId=sub.session_id,
+            toolCallId=tcid,
+            runId=entry.run_id,
+            toolName=entry.tool_name,
+            deadlineAt=entry.deadline_at,
+            submittedAt=now_ms(),
+        )
         return _unknown(tcid, "deadline_lapsed")
     if outcome == "duplicate":
         return await _duplicate(ctx, owner_after, owner_after.pending[tcid])
-    log_event("client_tool.submitted", sessionId=sub.session_id, ownerSessionId=owner_id,
-              runId=entry.run_id, toolCallId=tcid, toolName=entry.tool_name,
-              hasError="error" in response, kind=entry.kind)
+    log_event(
+        "client_tool.submitted",
+        sessionId=sub.session_id,
+        ownerSessionId=owner_id,
+        runId=entry.run_id,
+        toolCallId=tcid,
+        toolName=entry.tool_name,
+        hasError="error" in response,
+        kind=entry.kind,
+    )
     if sent == "sent" and owner_after.workflow_id is not None:
         wake_local(owner_after.workflow_id, names.tool_result_topic(tcid))
     elif sent == "unavailable":
         await _wake(ctx, owner_after, entry)
-    return SubmitAnswer(status="accepted", continuation=_continuation(owner_after, entry.run_id),
-                        tool_call_id=tcid)
+    return SubmitAnswer(
+        status="accepted", continuation=_continuation(owner_after, entry.run_id), tool_call_id=tcid
+    )
 
 
 async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> SubmitAnswer:
     """A re-send of a stored, not yet drained answer: never replace it; re-wake (idempotent)."""
     await _wake(ctx, owner, entry)
-    return SubmitAnswer(status="already_completed",
-                        continuation=_continuation(owner, entry.run_id),
-                        tool_call_id=entry.tool_call_id)
+    return SubmitAnswer(
+        status="already_completed",
+        continuation=_continuation(owner, entry.run_id),
+        tool_call_id=entry.tool_call_id,
+    )
 
 
 async def _wake(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> None:
@@ -292,10 +352,17 @@ async def _wake(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) ->
         return
     try:
         await send_to_turn(
-            ctx, owner.workflow_id, {"kind": "answer", "toolCallId": entry.tool_call_id},
+            ctx,
+            owner.workflow_id,
+            {"kind": "answer", "toolCallId": entry.tool_call_id},
             names.tool_result_topic(entry.tool_call_id),
             names.submit_idempotency_key(entry.run_id, entry.tool_call_id),
         )
-    except Exception as exc:  # noqa: BLE001 - the answer is stored; the deadline drain reads it
-        log_event("client_tool.send_event_failed", sessionId=owner.session_id,
-                  runId=entry.run_id, toolCallId=entry.tool_call_id, error=str(exc))
+    except Exception as exc:  # the answer is stored; the deadline drain reads it
+        log_event(
+            "client_tool.send_event_failed",
+            sessionId=owner.session_id,
+            runId=entry.run_id,
+            toolCallId=entry.tool_call_id,
+            error=str(exc),
+        )

@@ -20,8 +20,7 @@ import time
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
-from dbos._error import DBOSMaxStepRetriesExceeded
-from dbos._error import DBOSAwaitedWorkflowCancelledError
+from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSMaxStepRetriesExceeded
 from pydantic import ValidationError
 
 from ..core.agents import Agent
@@ -38,20 +37,28 @@ __all__ = ["run_turn"]
 
 
 @DBOS.workflow(name=names.TURN_WORKFLOW)
-async def run_turn(session_id: str, turn_id: str, agent_type: str, root_session_id: str) -> dict[str, Any]:
+async def run_turn(
+    session_id: str, turn_id: str, agent_type: str, root_session_id: str
+) -> dict[str, Any]:
     """Run one turn of ``session_id`` (its entry message is already committed)."""
     return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
 
 
 class _Turn:
-    def __init__(self, session_id: str, turn_id: str, agent_type: str, root_session_id: str) -> None:
+    def __init__(
+        self, session_id: str, turn_id: str, agent_type: str, root_session_id: str
+    ) -> None:
         self.session_id = session_id
         self.root_session_id = root_session_id
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
         self.run_id = turn_id
         self.summary: dict[str, Any] = {
-            "steps": 0, "clientCalls": 0, "waitMs": 0, "inputTokens": 0, "outputTokens": 0,
+            "steps": 0,
+            "clientCalls": 0,
+            "waitMs": 0,
+            "inputTokens": 0,
+            "outputTokens": 0,
         }
 
     async def run(self) -> dict[str, Any]:
@@ -61,17 +68,24 @@ class _Turn:
                 if outcome is not None:
                     return outcome
             return await self._finish(
-                "failed", "", {"code": "max_steps_exceeded",
-                               "message": f"The turn used all {self.agent.max_steps} model steps"},
+                "failed",
+                "",
+                {
+                    "code": "max_steps_exceeded",
+                    "message": f"The turn used all {self.agent.max_steps} model steps",
+                },
             )
         except HelixError as exc:
             return await self._fail(exc)
         except DBOSMaxStepRetriesExceeded as exc:
             # A retryable provider error that kept failing: fail typed with the last one.
             last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
-            if last is None:
-                raise
-            return await self._fail(last)
+            return await self._fail(last or _internal(exc))
+        except Exception as exc:
+            # Anything else (an adapter bug, a tool-less crash): the turn ends failed and typed,
+            # so the session never stays "running" with no workflow behind it. DBOS's own
+            # cancellation is a BaseException and passes through.
+            return await self._fail(_internal(exc))
 
     async def _fail(self, exc: HelixError) -> dict[str, Any]:
         return await self._finish(
@@ -87,7 +101,12 @@ class _Turn:
         plan = self._plan(response.tool_calls)
         final = not response.tool_calls
         committed = await steps.commit_model(
-            self.session_id, self.root_session_id, self.run_id, step, model, plan,
+            self.session_id,
+            self.root_session_id,
+            self.run_id,
+            step,
+            model,
+            plan,
             int(self.agent.completed_tombstone_retention * 1000),
             self.summary if final else None,
         )
@@ -98,11 +117,17 @@ class _Turn:
         results: dict[str, dict[str, Any]] = {}
         for item in plan:
             if item["kind"] == "invalid":
-                results[item["toolCallId"]] = {**_ids(item), "ok": False, "error": item["error"],
-                                               "errorCode": "validation_failed"}
+                results[item["toolCallId"]] = {
+                    **_ids(item),
+                    "ok": False,
+                    "error": item["error"],
+                    "errorCode": "validation_failed",
+                }
             elif item["kind"] == "server":
-                results[item["toolCallId"]] = {**_ids(item), **await steps.run_server_tool(
-                    self.agent_type, item["toolName"], item["input"])}
+                results[item["toolCallId"]] = {
+                    **_ids(item),
+                    **await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
+                }
             elif item["kind"] == "subagent":
                 results[item["toolCallId"]] = {**_ids(item), **await self._run_child(item)}
         suspending = [i for i in plan if i["kind"] in ("client", "approval")]
@@ -136,8 +161,12 @@ class _Turn:
         """Classify each call: server, client, approval, subagent, or invalid (never runs)."""
         plan: list[dict[str, Any]] = []
         for index, call in enumerate(calls):
-            item: dict[str, Any] = {"toolCallId": call.id, "toolName": call.name,
-                                    "input": call.input, "index": index}
+            item: dict[str, Any] = {
+                "toolCallId": call.id,
+                "toolName": call.name,
+                "input": call.input,
+                "index": index,
+            }
             tool = self.agent.tool(call.name)
             if tool is None:
                 item.update(kind="invalid", error=f"Unknown tool {call.name!r}")
@@ -145,16 +174,20 @@ class _Turn:
                 try:
                     tool.input_model.model_validate(call.input)
                 except ValidationError as exc:
-                    item.update(kind="invalid",
-                                error=f"Invalid arguments for {call.name!r}: "
-                                      f"{exc.errors(include_url=False, include_context=False)}")
+                    item.update(
+                        kind="invalid",
+                        error=f"Invalid arguments for {call.name!r}: "
+                        f"{exc.errors(include_url=False, include_context=False)}",
+                    )
                 else:
                     if tool.execution == "subagent":
                         item.update(kind="subagent", subagent=tool.subagent)
                     elif tool.execution == "client":
                         item.update(kind="client", timeoutSeconds=self.agent.deadline_seconds(tool))
                     elif tool.require_approval:
-                        item.update(kind="approval", timeoutSeconds=self.agent.deadline_seconds(tool))
+                        item.update(
+                            kind="approval", timeoutSeconds=self.agent.deadline_seconds(tool)
+                        )
                     else:
                         item.update(kind="server")
             plan.append(item)
@@ -170,9 +203,12 @@ class _Turn:
                 # The clock only sizes the wait; DBOS records the absolute wake time.
                 remaining = deadlines[item["toolCallId"]] / 1000 - time.time()
                 with tracing.client_tool_wait_span(
-                    tool_name=item["toolName"], tool_call_id=item["toolCallId"],
-                    session_id=self.session_id, run_id=self.run_id,
-                    deadline_at=deadlines[item["toolCallId"]], kind=item["kind"],
+                    tool_name=item["toolName"],
+                    tool_call_id=item["toolCallId"],
+                    session_id=self.session_id,
+                    run_id=self.run_id,
+                    deadline_at=deadlines[item["toolCallId"]],
+                    kind=item["kind"],
                 ) as span:
                     message = await DBOS.recv_async(
                         names.tool_result_topic(item["toolCallId"]),
@@ -184,8 +220,9 @@ class _Turn:
         finally:
             ctx.parked.discard(workflow_id)
 
-    async def _resolve(self, item: dict[str, Any], entry: dict[str, Any] | None,
-                       abandon: bool) -> dict[str, Any]:
+    async def _resolve(
+        self, item: dict[str, Any], entry: dict[str, Any] | None, abandon: bool
+    ) -> dict[str, Any]:
         """A suspended call's result; an approved approval runs its tool (a recorded step)."""
         result = resolve_call(item, entry, abandon)
         run_input = result.pop("runInput", None)
@@ -199,7 +236,11 @@ class _Turn:
         child_session = names.child_session_id(self.session_id, item["toolCallId"])
         child_turn = f"run_{item['toolCallId']}"
         await start_child_session(
-            child_session, child_turn, child_agent, self.root_session_id, self.session_id,
+            child_session,
+            child_turn,
+            child_agent,
+            self.root_session_id,
+            self.session_id,
             str(item["input"].get("message", "")),
         )
         with SetWorkflowID(names.turn_workflow_id(child_session, child_turn)):
@@ -212,25 +253,41 @@ class _Turn:
             # The child alone was interrupted or aborted: the parent reads a failed result and
             # goes on. (When the parent is stopped too, its next step refuses to run.) DBOS
             # records the awaited error, so a replay takes this same branch.
-            return {"ok": False, "error": "The sub-agent was stopped before it finished.",
-                    "errorCode": "aborted"}
+            return {
+                "ok": False,
+                "error": "The sub-agent was stopped before it finished.",
+                "errorCode": "aborted",
+            }
         if outcome.get("outcome") == "completed":
-            return {"ok": True, "result": {"text": outcome.get("text", ""),
-                                           "output": outcome.get("output")}}
+            return {
+                "ok": True,
+                "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
+            }
         error = outcome.get("error") or {}
-        return {"ok": False, "error": f"The sub-agent failed: {error.get('message', '')}",
-                "errorCode": error.get("code", "tool_execution_failed")}
+        return {
+            "ok": False,
+            "error": f"The sub-agent failed: {error.get('message', '')}",
+            "errorCode": error.get("code", "tool_execution_failed"),
+        }
 
-    async def _finish(self, outcome: str, text: str, error: dict[str, Any] | None,
-                      output: Any = None) -> dict[str, Any]:
+    async def _finish(
+        self, outcome: str, text: str, error: dict[str, Any] | None, output: Any = None
+    ) -> dict[str, Any]:
         await steps.finish_turn(self.session_id, self.run_id, outcome, text, error, self.summary)
         return _outcome(outcome, text, output, error, self.run_id)
 
 
-def _outcome(outcome: str, text: str, output: Any, error: dict[str, Any] | None,
-             run_id: str) -> dict[str, Any]:
+def _outcome(
+    outcome: str, text: str, output: Any, error: dict[str, Any] | None, run_id: str
+) -> dict[str, Any]:
     """The workflow's result (a sub-agent's parent reads it as the tool result)."""
     return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
+
+
+def _internal(exc: BaseException) -> HelixError:
+    err = HelixError(f"{type(exc).__name__}: {exc}")
+    err.code = "framework_internal_error"
+    return err
 
 
 def _ids(item: dict[str, Any]) -> dict[str, Any]:

@@ -162,3 +162,18 @@ async def test_unknown_tool_call(make_runtime: MakeRuntime) -> None:
     assert answer.status == "unknown_tool_call"
     answer = await runtime.submit_tool_result("no-such-session", "x", result={"applied": 1})
     assert answer.status == "unknown_tool_call"
+
+
+async def test_an_unexpected_model_error_fails_the_turn_typed(make_runtime: MakeRuntime) -> None:
+    """A model adapter raising a plain exception ends the turn failed, never stuck running."""
+
+    def broken(request):  # type: ignore[no-untyped-def]
+        raise KeyError("adapter bug")
+
+    runtime = await make_runtime([editor_agent(llm=ScriptedLLM(broken))])
+    handle = await runtime.start("editor", "hello")
+    view = await runtime.wait(handle.session_id)
+    assert view["status"] == "failed"
+    assert view["error"]["code"] == "framework_internal_error"
+    again = await runtime.start("editor", "hello again", session_id=handle.session_id)
+    assert (await runtime.wait(again.session_id))["status"] == "failed"
