@@ -5,17 +5,15 @@ Needs the optional extra: ``pip install 'helix-dbos[anthropic]'``.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
 from ..errors import ConfigError, ProviderError
+from ._clients import PerLoopClients, sdk_client_factory
 from ._errors import classify, error_fields, incomplete_stream, is_transport_error, transport_error
 from .openai_compat import RAW_ARGUMENTS_KEY
 
@@ -73,35 +71,21 @@ class AnthropicLLM:
         self.name = f"anthropic:{model}"
         self.model = model
         self.max_tokens = max_tokens
-        # One SDK client per event loop: the SDK's connection pool is bound to the loop that
-        # opened it, and an adapter outlives loops (tests, worker threads, restarts).
-        self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncAnthropic] = (
-            WeakKeyDictionary()
-        )
-        if client is not None:
-            # An injected client keeps its own pool; only its retries are turned off.
-            fixed = client.with_options(max_retries=0)
-            self._new_client: Callable[[], AsyncAnthropic] = lambda: fixed
-            return
-        key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-        if not key:
-            if url is None:
-                raise ConfigError(
-                    "AnthropicLLM needs an API key: pass api_key or set ANTHROPIC_API_KEY"
-                )
-            # A proxy may authenticate on its own terms, but the SDK insists on a key.
-            key = "not-needed"
-        self._new_client = lambda: anthropic.AsyncAnthropic(
-            api_key=key, base_url=url, timeout=timeout, max_retries=0
+        self._clients: PerLoopClients[AsyncAnthropic] = PerLoopClients(
+            sdk_client_factory(
+                anthropic.AsyncAnthropic,
+                injected=client,
+                api_key=api_key,
+                base_url=base_url,
+                key_env="ANTHROPIC_API_KEY",
+                url_env="ANTHROPIC_BASE_URL",
+                timeout=timeout,
+                label="AnthropicLLM",
+            )
         )
 
     def _client(self) -> AsyncAnthropic:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._new_client()
-        return client
+        return self._clients.get()
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Run one streamed Messages call.

@@ -7,19 +7,17 @@ behind a proxy ...) through ``base_url``. Needs the optional extra:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import os
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
 from ..errors import ConfigError, ProviderError
+from ._clients import PerLoopClients, sdk_client_factory
 from ._errors import classify, error_fields, incomplete_stream, is_transport_error, transport_error
 
 if TYPE_CHECKING:
@@ -87,35 +85,21 @@ class OpenAICompatibleLLM:
         self.name = f"openai:{model}"
         self.model = model
         self.max_tokens = max_tokens
-        # One SDK client per event loop: the SDK's connection pool is bound to the loop that
-        # opened it, and an adapter outlives loops (tests, worker threads, restarts).
-        self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
-            WeakKeyDictionary()
-        )
-        if client is not None:
-            # An injected client keeps its own pool; only its retries are turned off.
-            fixed = client.with_options(max_retries=0)
-            self._new_client: Callable[[], AsyncOpenAI] = lambda: fixed
-            return
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        if not key:
-            if url is None:
-                raise ConfigError(
-                    "OpenAICompatibleLLM needs an API key: pass api_key or set OPENAI_API_KEY"
-                )
-            # Local compatible servers usually ignore the key, but the SDK insists on one.
-            key = "not-needed"
-        self._new_client = lambda: openai.AsyncOpenAI(
-            api_key=key, base_url=url, timeout=timeout, max_retries=0
+        self._clients: PerLoopClients[AsyncOpenAI] = PerLoopClients(
+            sdk_client_factory(
+                openai.AsyncOpenAI,
+                injected=client,
+                api_key=api_key,
+                base_url=base_url,
+                key_env="OPENAI_API_KEY",
+                url_env="OPENAI_BASE_URL",
+                timeout=timeout,
+                label="OpenAICompatibleLLM",
+            )
         )
 
     def _client(self) -> AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._new_client()
-        return client
+        return self._clients.get()
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Run one streamed Chat Completions call.

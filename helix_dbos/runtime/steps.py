@@ -7,10 +7,11 @@ write without its checkpoint. Only names and JSON cross these boundaries.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from dbos import DBOS
 from pydantic import BaseModel, ValidationError
@@ -40,12 +41,24 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
-async def _transaction(name: str, fn: Callable[..., Coroutine[Any, Any, R]], *args: Any) -> R:
-    """Run ``fn`` as a datasource transaction step named ``name``."""
-    ctx = current()
-    return await ctx.datasource.run_tx_step_async(ctx.tx_options(name), fn, *args)
+def _transactional(
+    name: str,
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
+    """Make ``fn`` a datasource transaction step named ``name``: its writes and the step's
+    checkpoint commit together."""
+
+    def wrap(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        @functools.wraps(fn)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            ctx = current()
+            return await ctx.datasource.run_tx_step_async(ctx.tx_options(name), fn, *args, **kwargs)
+
+        return run
+
+    return wrap
 
 
 async def _conn() -> AsyncConnection:
@@ -139,6 +152,7 @@ def _start_events(
     return out
 
 
+@_transactional(names.COMMIT_MODEL_STEP)
 async def commit_model(
     session_id: str,
     root_session_id: str,
@@ -158,30 +172,6 @@ async def commit_model(
     Returns:
         ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
     """
-    return await _transaction(
-        names.COMMIT_MODEL_STEP,
-        _commit_model,
-        session_id,
-        root_session_id,
-        run_id,
-        step,
-        model,
-        plan,
-        retention_ms,
-        final_summary,
-    )
-
-
-async def _commit_model(
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    step: int,
-    model: dict[str, Any],
-    plan: list[dict[str, Any]],
-    retention_ms: int,
-    final_summary: dict[str, Any] | None = None,
-) -> dict[str, Any]:
     ctx = current()
     conn = await _conn()
     response = LLMResponse.model_validate(model["response"])
@@ -332,6 +322,7 @@ def tool_result_message(result: dict[str, Any]) -> Message:
     )
 
 
+@_transactional(names.COMMIT_RESULTS_STEP)
 async def commit_results(
     session_id: str,
     root_session_id: str,
@@ -351,26 +342,6 @@ async def commit_results(
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
-    return await _transaction(
-        names.COMMIT_RESULTS_STEP,
-        _commit_results,
-        session_id,
-        root_session_id,
-        run_id,
-        next_run,
-        plan,
-        given,
-    )
-
-
-async def _commit_results(
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    next_run: str,
-    plan: list[dict[str, Any]],
-    given: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
     ctx = current()
     conn = await _conn()
     at = now_ms()
@@ -480,6 +451,7 @@ def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, Sessi
     return end
 
 
+@_transactional(names.FINISH_STEP)
 async def finish_turn(
     session_id: str,
     run_id: str,
@@ -489,19 +461,6 @@ async def finish_turn(
     summary: dict[str, Any],
 ) -> None:
     """Record the turn's end: status, error, the ``turn_end`` event and the summary line."""
-    await _transaction(
-        names.FINISH_STEP, _finish_turn, session_id, run_id, outcome, text, error, summary
-    )
-
-
-async def _finish_turn(
-    session_id: str,
-    run_id: str,
-    outcome: str,
-    text: str,
-    error: dict[str, Any] | None,
-    summary: dict[str, Any],
-) -> None:
     ctx = current()
     conn = await _conn()
     status = "completed" if outcome == "completed" else "failed"
