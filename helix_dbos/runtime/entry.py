@@ -22,7 +22,6 @@ from .context import current
 __all__ = ["ACTIVE_STATUSES", "open_turn", "start_child_session", "unpaired_tool_calls"]
 
 ACTIVE_STATUSES = frozenset({"running", "suspended_client_tool"})
-START_CHILD_STEP = "helix.turn.start_child"
 
 
 def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
@@ -136,4 +135,4 @@ async def start_child_session(
         )
 
     ctx = current()
-    await ctx.datasource.run_tx_step_async(ctx.tx_options(START_CHILD_STEP), body)
+    await ctx.datasource.run_tx_step_async(ctx.tx_options(names.START_CHILD_STEP), body)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "COLLECT_ANSWERS_STEP",
     "COMMIT_MODEL_STEP",
     "COMMIT_RESULTS_STEP",
     "FINISH_STEP",
     "MODEL_STEP",
     "SERVER_TOOL_STEP",
+    "START_CHILD_STEP",
     "TURN_WORKFLOW",
     "approval_id",
     "child_session_id",
@@ -36,6 +38,10 @@ COMMIT_RESULTS_STEP = "helix.turn.commit_results"
 """Commits a step's tool results, clears pending calls, writes tombstones and metrics."""
 FINISH_STEP = "helix.turn.finish"
 """Records the turn's outcome (completed or failed)."""
+COLLECT_ANSWERS_STEP = "helix.turn.collect_answers"
+"""Reads a batch's stored answers before an approved tool runs."""
+START_CHILD_STEP = "helix.turn.start_child"
+"""Creates a sub-agent's session and commits its entry message, inside the parent's turn."""
 
 _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 

@@ -286,7 +286,7 @@ async def run_server_tool(
 # -- parking and draining -------------------------------------------------------------------
 
 
-@DBOS.step(name="helix.turn.collect_answers")
+@DBOS.step(name=names.COLLECT_ANSWERS_STEP)
 async def collect_answers(session_id: str, run_id: str, tool_call_ids: list[str]) -> dict[str, Any]:
     """Read the stored answers of a batch (and whether a new message abandons the rest)."""
     state = await current().store.get(session_id)
