@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from . import __version__
 
@@ -263,7 +263,7 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
 
 
 def _operator_context(store: Any, url: str, client: Any) -> Any:
-    """A runtime context for a process that runs no turns: no agents, no datasource.
+    """A runtime context for a process that runs no turns: no agents.
 
     Error submits need no agent definition (they skip validation), and every message goes
     through a DBOSClient (enlisted in the answer's transaction when it can be), so nothing here
@@ -277,7 +277,6 @@ def _operator_context(store: Any, url: str, client: Any) -> Any:
         settings=HelixSettings.from_env(database_url=url),
         registry=AgentRegistry(),
         store=store,
-        datasource=cast(Any, None),
         client=client,
         messenger=client,
     )

@@ -1,20 +1,17 @@
 """The process's runtime context: what durable code looks up by name.
 
 DBOS is a singleton per process, and workflow and step arguments are only names and JSON, so
-workflow code finds the agent registry, the store and the datasource here.
+workflow code finds the agent registry and the store here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
-
-if TYPE_CHECKING:
-    from dbos import AsyncSQLAlchemyDatasource
 
 __all__ = ["RuntimeContext", "current", "install", "uninstall"]
 
@@ -26,7 +23,6 @@ class RuntimeContext:
     settings: HelixSettings
     registry: AgentRegistry
     store: SessionStore
-    datasource: AsyncSQLAlchemyDatasource
     scrubber: object | None = None
     parked: set[str] = field(default_factory=set)
     """Workflow ids whose coroutine is parked in ``recv`` right now (for interrupt checks)."""
@@ -44,12 +40,6 @@ class RuntimeContext:
         from dbos import DBOS
 
         return DBOS
-
-    def tx_options(self, name: str) -> Any:
-        """Datasource step options: READ COMMITTED on Postgres (our writes are CAS on versions);
-        SQLite serializes writers anyway and only knows SERIALIZABLE."""
-        level = "SERIALIZABLE" if self.settings.urls.is_sqlite else "READ COMMITTED"
-        return {"name": name, "isolation_level": level}
 
 
 _context: RuntimeContext | None = None

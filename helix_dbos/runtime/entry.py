@@ -1,7 +1,7 @@
 """Opening a turn: claim the session, heal the history, commit the entry message.
 
 A turn's entry is committed before its workflow starts (for a root turn) or inside a
-datasource step of the parent (for a sub-agent), so the workflow itself only runs steps.
+exactly-once step of the parent (for a sub-agent), so the workflow itself only runs steps.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ..errors import AgentAlreadyRunningError
 from ..store.store import SessionStore
 from . import names
 from .context import current
+from .once import exactly_once, step_connection
 
 __all__ = ["ACTIVE_STATUSES", "open_turn", "start_child_session", "unpaired_tool_calls"]
 
@@ -120,19 +121,32 @@ async def start_child_session(
 ) -> None:
     """Inside a parent turn: create the sub-agent's session and commit its entry (one step)."""
 
-    async def body() -> None:
-        ctx = current()
-        conn = await ctx.datasource.sql_session().connection()
-        await open_turn(
-            ctx.store,
-            conn,
-            session_id=child_session_id,
-            agent_type=agent_type,
-            turn_id=child_turn_id,
-            message=message,
-            root_session_id=root_session_id,
-            parent_session_id=parent_session_id,
-        )
+    await _start_child(
+        child_session_id,
+        child_turn_id,
+        agent_type,
+        root_session_id,
+        parent_session_id,
+        message,
+    )
 
-    ctx = current()
-    await ctx.datasource.run_tx_step_async(ctx.tx_options(names.START_CHILD_STEP), body)
+
+@exactly_once(names.START_CHILD_STEP, "start_child", run_arg=1)
+async def _start_child(
+    child_session_id: str,
+    child_turn_id: str,
+    agent_type: str,
+    root_session_id: str,
+    parent_session_id: str,
+    message: str,
+) -> None:
+    await open_turn(
+        current().store,
+        await step_connection(),
+        session_id=child_session_id,
+        agent_type=agent_type,
+        turn_id=child_turn_id,
+        message=message,
+        root_session_id=root_session_id,
+        parent_session_id=parent_session_id,
+    )

@@ -10,7 +10,6 @@ import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
-    "COMMIT_MODEL_STEP",
     "COMMIT_RESULTS_STEP",
     "FINISH_STEP",
     "MODEL_STEP",
@@ -29,9 +28,8 @@ __all__ = [
 TURN_WORKFLOW = "helix.turn"
 """One turn of one session (root or sub-agent): model steps, tools, parks, results."""
 MODEL_STEP = "helix.turn.model"
-"""Calls the model; its response is recorded, so a replay never calls the provider again."""
-COMMIT_MODEL_STEP = "helix.turn.commit_model"
-"""Commits the assistant message and registers suspending calls (one transaction)."""
+"""Calls the model and commits its answer (assistant message, pending calls, ownership) exactly
+once; a replay never calls the provider again."""
 SERVER_TOOL_STEP = "helix.turn.server_tool"
 """Runs a server tool (also an approved approval-gated tool)."""
 COMMIT_RESULTS_STEP = "helix.turn.commit_results"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dbos import DBOS, AsyncSQLAlchemyDatasource, DBOSClient, SetWorkflowID
+from dbos import DBOS, DBOSClient, SetWorkflowID
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
@@ -126,14 +126,10 @@ class AgentRuntime:
             set_service_name(self.service_name)
         store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
         DBOS(config=self.dbos_config())  # type: ignore[arg-type]
-        datasource = await AsyncSQLAlchemyDatasource.create(
-            s.urls.async_, engine=store.engine, run_migrations=s.run_migrations
-        )
         self._ctx = context.RuntimeContext(
             settings=s,
             registry=self.registry,
             store=store,
-            datasource=datasource,
             scrubber=self.scrubber,
             client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         )

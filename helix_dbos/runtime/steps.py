@@ -1,21 +1,18 @@
-"""The durable steps of a turn.
+"""The durable steps of a turn: the model call with the commit of its answer, server tools,
+reading a batch's answers, committing its results, and the turn's end.
 
-Steps that write session state run as DBOS datasource transactions: the session writes and the
-step's checkpoint commit together, so a replay never writes twice and a crash never leaves a
-write without its checkpoint. Only names and JSON cross these boundaries.
+Every step that writes session state is exactly-once (see ``once.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 from dbos import DBOS
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
@@ -28,41 +25,21 @@ from ..observability.log import log_event
 from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
 from . import names
 from .context import current
+from .once import commit_once, exactly_once, marker, recorded, step_connection
+from .plan import plan_calls
 from .resolve import resolve_call
 
 __all__ = [
-    "call_model",
     "collect_answers",
-    "commit_model",
     "commit_results",
     "finish_turn",
+    "model_step",
     "run_server_tool",
     "tool_result_message",
 ]
 
 R = TypeVar("R")
 P = ParamSpec("P")
-
-
-def _transactional(
-    name: str,
-) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
-    """Make ``fn`` a datasource transaction step named ``name``: its writes and the step's
-    checkpoint commit together."""
-
-    def wrap(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-        @functools.wraps(fn)
-        async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            ctx = current()
-            return await ctx.datasource.run_tx_step_async(ctx.tx_options(name), fn, *args, **kwargs)
-
-        return run
-
-    return wrap
-
-
-async def _conn() -> AsyncConnection:
-    return await current().datasource.sql_session().connection()
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -80,20 +57,58 @@ def _retryable(exc: BaseException) -> bool:
     backoff_rate=2.0,
     should_retry=_retryable,
 )
-async def call_model(session_id: str, run_id: str, agent_type: str, step: int) -> dict[str, Any]:
-    """Call the agent's model on the session's conversation; the response is recorded."""
+async def model_step(
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    agent_type: str,
+    step: int,
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    """Call the model on the session's conversation and commit its answer, exactly once.
+
+    The commit (see ``_commit_model``) appends the assistant message and registers the
+    suspending calls. A re-execution after the commit returns the committed answer: the
+    provider is called again only when nothing was committed.
+
+    Returns:
+        ``{"response", "llm", "plan", "deadlines"}``.
+    """
+    slot = marker("model")
+    done = await recorded(slot)
+    if done is not None:
+        return done["state"]["result"]  # type: ignore[no-any-return]
     ctx = current()
     agent = ctx.registry.get(agent_type)
+    history = await ctx.store.load_messages(session_id)
     request = LLMRequest(
         instructions=agent.instructions,
-        messages=await ctx.store.load_messages(session_id),
+        messages=history,
         tools=[tool.schema() for tool in agent.tools],
         session_id=session_id,
         run_id=run_id,
         step=step,
     )
     response = await agent.llm.complete(request)
-    return {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
+    plan = plan_calls(agent, response.tool_calls)
+    model = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
+    final_summary = None
+    if not response.tool_calls:
+        final_summary = {
+            **summary,
+            "steps": summary["steps"] + 1,
+            "inputTokens": summary["inputTokens"] + response.usage.input_tokens,
+            "outputTokens": summary["outputTokens"] + response.usage.output_tokens,
+        }
+    retention_ms = int(agent.completed_tombstone_retention * 1000)
+
+    async def commit() -> dict[str, Any]:
+        committed = await _commit_model(
+            session_id, root_session_id, run_id, step, model, plan, retention_ms, final_summary
+        )
+        return {**model, "plan": plan, "deadlines": committed["deadlines"]}
+
+    return await commit_once(slot, session_id, run_id, step, commit)
 
 
 # -- committing the model's answer ----------------------------------------------------------
@@ -152,8 +167,7 @@ def _start_events(
     return out
 
 
-@_transactional(names.COMMIT_MODEL_STEP)
-async def commit_model(
+async def _commit_model(
     session_id: str,
     root_session_id: str,
     run_id: str,
@@ -173,7 +187,7 @@ async def commit_model(
         ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
     """
     ctx = current()
-    conn = await _conn()
+    conn = await step_connection()
     response = LLMResponse.model_validate(model["response"])
     at = now_ms()
     await ctx.store.append_messages(
@@ -322,7 +336,7 @@ def tool_result_message(result: dict[str, Any]) -> Message:
     )
 
 
-@_transactional(names.COMMIT_RESULTS_STEP)
+@exactly_once(names.COMMIT_RESULTS_STEP, "results", run_arg=2)
 async def commit_results(
     session_id: str,
     root_session_id: str,
@@ -343,7 +357,7 @@ async def commit_results(
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
     ctx = current()
-    conn = await _conn()
+    conn = await step_connection()
     at = now_ms()
     suspending = [item for item in plan if item["kind"] in ("client", "approval")]
     ids = [item["toolCallId"] for item in suspending]
@@ -451,7 +465,7 @@ def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, Sessi
     return end
 
 
-@_transactional(names.FINISH_STEP)
+@exactly_once(names.FINISH_STEP, "finish", run_arg=1)
 async def finish_turn(
     session_id: str,
     run_id: str,
@@ -462,7 +476,7 @@ async def finish_turn(
 ) -> None:
     """Record the turn's end: status, error, the ``turn_end`` event and the summary line."""
     ctx = current()
-    conn = await _conn()
+    conn = await step_connection()
     status = "completed" if outcome == "completed" else "failed"
     await ctx.store.update(
         [session_id], _end(status, error), attempts=PENDING_CLEAR_ATTEMPTS, conn=conn

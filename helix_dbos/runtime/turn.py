@@ -2,9 +2,9 @@
 
 Replay and crash behaviour, at each await:
 
-* ``call_model``: recorded; a replay returns the recorded response, the provider is not called.
-* ``commit_model`` / ``commit_results`` / ``finish_turn``: datasource transactions; their
-  session writes commit with their checkpoint, so a replay never writes twice.
+* ``model_step``: calls the model and commits its answer, exactly once (``once.py``); a replay
+  returns the recorded response, the provider is not called again.
+* ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
 * ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
   a restart re-arms with the remaining time; an answer sent while the process was down is
   buffered and consumed at once.
@@ -21,11 +21,9 @@ from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSMaxStepRetriesExceeded
-from pydantic import ValidationError
 
 from ..core.agents import Agent
 from ..core.llm import LLMResponse
-from ..core.messages import ToolCall
 from ..errors import HelixError
 from ..observability import tracing
 from . import names, steps
@@ -93,24 +91,20 @@ class _Turn:
         )
 
     async def _step(self, step: int) -> dict[str, Any] | None:
-        model = await steps.call_model(self.session_id, self.run_id, self.agent_type, step)
-        response = LLMResponse.model_validate(model["response"])
-        self.summary["steps"] += 1
-        self.summary["inputTokens"] += response.usage.input_tokens
-        self.summary["outputTokens"] += response.usage.output_tokens
-        plan = self._plan(response.tool_calls)
-        final = not response.tool_calls
-        committed = await steps.commit_model(
+        committed = await steps.model_step(
             self.session_id,
             self.root_session_id,
             self.run_id,
+            self.agent_type,
             step,
-            model,
-            plan,
-            int(self.agent.completed_tombstone_retention * 1000),
-            self.summary if final else None,
+            self.summary,
         )
-        if final:
+        response = LLMResponse.model_validate(committed["response"])
+        plan: list[dict[str, Any]] = committed["plan"]
+        self.summary["steps"] += 1
+        self.summary["inputTokens"] += response.usage.input_tokens
+        self.summary["outputTokens"] += response.usage.output_tokens
+        if not response.tool_calls:
             # The final answer's commit also recorded the turn's end (one transaction).
             return _outcome("completed", response.text, None, None, self.run_id)
 
@@ -156,42 +150,6 @@ class _Turn:
             if tool is not None and tool.finish_with and result.get("ok"):
                 return await self._finish("completed", "", None, output=result.get("result"))
         return None
-
-    def _plan(self, calls: list[ToolCall]) -> list[dict[str, Any]]:
-        """Classify each call: server, client, approval, subagent, or invalid (never runs)."""
-        plan: list[dict[str, Any]] = []
-        for index, call in enumerate(calls):
-            item: dict[str, Any] = {
-                "toolCallId": call.id,
-                "toolName": call.name,
-                "input": call.input,
-                "index": index,
-            }
-            tool = self.agent.tool(call.name)
-            if tool is None:
-                item.update(kind="invalid", error=f"Unknown tool {call.name!r}")
-            else:
-                try:
-                    tool.input_model.model_validate(call.input)
-                except ValidationError as exc:
-                    item.update(
-                        kind="invalid",
-                        error=f"Invalid arguments for {call.name!r}: "
-                        f"{exc.errors(include_url=False, include_context=False)}",
-                    )
-                else:
-                    if tool.execution == "subagent":
-                        item.update(kind="subagent", subagent=tool.subagent)
-                    elif tool.execution == "client":
-                        item.update(kind="client", timeoutSeconds=self.agent.deadline_seconds(tool))
-                    elif tool.require_approval:
-                        item.update(
-                            kind="approval", timeoutSeconds=self.agent.deadline_seconds(tool)
-                        )
-                    else:
-                        item.update(kind="server")
-            plan.append(item)
-        return plan
 
     async def _park(self, suspending: list[dict[str, Any]], deadlines: dict[str, int]) -> None:
         """Wait until every call has an answer or its deadline has lapsed (or a new message)."""

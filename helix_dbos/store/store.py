@@ -82,7 +82,7 @@ def _keep_immediate_transactions(dialect: Any) -> None:
     """Keep SQLite transactions ``BEGIN IMMEDIATE`` whatever isolation level a caller sets.
 
     SQLAlchemy's SQLite dialect resets the driver to deferred ``BEGIN`` whenever an isolation
-    level is applied (DBOS's datasource applies one on every transaction). A deferred
+    level is applied (DBOS applies one on every transaction it opens). A deferred
     transaction that reads and then writes can fail at once with "database is locked" when
     another writer got in between; an immediate one waits its turn (busy_timeout).
     """
@@ -166,13 +166,28 @@ class SessionStore:
             _keep_immediate_transactions(engine.sync_engine.dialect)
         else:
             engine = create_async_engine(
-                urls.async_, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+                urls.async_,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                # No pre-ping round trip on every checkout (it doubled a read's latency); a
+                # dropped connection is invalidated on its first error, and old ones recycled.
+                pool_recycle=1800,
             )
         return cls(engine, max_state_bytes=max_state_bytes)
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
         await self.engine.dispose()
+
+    @asynccontextmanager
+    async def _read(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+        """Join ``conn``, or read on an autocommit connection (no BEGIN/COMMIT round trips)."""
+        if conn is not None:
+            yield conn
+            return
+        async with self.engine.connect() as new_conn:
+            await new_conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield new_conn
 
     @asynccontextmanager
     async def transaction(
@@ -209,7 +224,7 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> SessionState | None:
         """The session, or ``None``."""
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             row = (
                 await c.execute(states.select().where(states.c.session_id == session_id))
             ).first()
@@ -231,7 +246,7 @@ class SessionStore:
     ) -> dict[str, SessionState]:
         """The sessions that exist among ``session_ids``."""
         ids = list(dict.fromkeys(session_ids))
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             rows = (await c.execute(states.select().where(states.c.session_id.in_(ids)))).all()
         return {s.session_id: s for s in map(_state_from_row, rows)}
 
@@ -354,14 +369,14 @@ class SessionStore:
             query = query.where(states.c.status == status)
         if agent_type:
             query = query.where(states.c.agent_type == agent_type)
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             return [_state_from_row(r) for r in (await c.execute(query)).all()]
 
     async def descendants(
         self, root_session_id: str, conn: AsyncConnection | None = None
     ) -> list[SessionState]:
         """Every session of a tree except the root, parents before children."""
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             rows = (
                 await c.execute(
                     states.select()
@@ -407,7 +422,7 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> list[Message]:
         """The session's conversation, oldest first."""
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             rows = (
                 await c.execute(
                     sa.select(messages.c.role, messages.c.content)
@@ -468,7 +483,7 @@ class SessionStore:
         conn: AsyncConnection | None = None,
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             rows = (
                 await c.execute(
                     events.select()
@@ -529,12 +544,26 @@ class SessionStore:
         run_id: str | None,
         *,
         step_count: int,
-        message_count: int,
         state: dict[str, Any],
+        message_count: int | None = None,
+        checkpoint_id: str | None = None,
         conn: AsyncConnection | None = None,
     ) -> str:
-        """Write a checkpoint and point the session at it (the most recently written one)."""
-        checkpoint_id = f"cp_{uuid.uuid4().hex}"
+        """Write a checkpoint and point the session at it (the most recently written one).
+
+        ``message_count`` defaults to the session's messages as the transaction sees them. A
+        given ``checkpoint_id`` that exists already fails with ``IntegrityError`` (the
+        runtime's exactly-once marker for a step's writes).
+        """
+        checkpoint_id = checkpoint_id or f"cp_{uuid.uuid4().hex}"
+        count: Any = message_count
+        if count is None:
+            count = (
+                sa.select(sa.func.count())
+                .select_from(messages)
+                .where(messages.c.session_id == session_id)
+                .scalar_subquery()
+            )
         async with self.transaction(conn) as c:
             await c.execute(
                 checkpoints.insert().values(
@@ -542,7 +571,7 @@ class SessionStore:
                     session_id=session_id,
                     run_id=run_id,
                     step_count=step_count,
-                    message_count=message_count,
+                    message_count=count,
                     state=state,
                     created_at=_now(),
                 )
@@ -554,11 +583,23 @@ class SessionStore:
             )
         return checkpoint_id
 
+    async def get_checkpoint(
+        self, checkpoint_id: str, conn: AsyncConnection | None = None
+    ) -> dict[str, Any] | None:
+        """One checkpoint by id, or ``None``."""
+        async with self._read(conn) as c:
+            row = (
+                await c.execute(
+                    sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)
+                )
+            ).first()
+        return dict(row._mapping) if row is not None else None
+
     async def latest_checkpoint(
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:
         """The checkpoint the session points at (never "highest step count")."""
-        async with self.transaction(conn) as c:
+        async with self._read(conn) as c:
             row = (
                 await c.execute(
                     sa.select(checkpoints)

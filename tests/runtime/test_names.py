@@ -9,7 +9,6 @@ def test_durable_names_are_pinned() -> None:
     """Workflow and step names, and id formats, never change silently."""
     assert names.TURN_WORKFLOW == "helix.turn"
     assert names.MODEL_STEP == "helix.turn.model"
-    assert names.COMMIT_MODEL_STEP == "helix.turn.commit_model"
     assert names.SERVER_TOOL_STEP == "helix.turn.server_tool"
     assert names.COMMIT_RESULTS_STEP == "helix.turn.commit_results"
     assert names.FINISH_STEP == "helix.turn.finish"
