@@ -19,7 +19,7 @@ from ..core.humanize import humanize_client_tool_error
 from ..core.llm import LLMRequest, LLMResponse
 from ..core.messages import Message, ToolCall
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest
-from ..errors import ProviderError
+from ..errors import HelixError, ProviderError
 from ..observability import metrics
 from ..observability.log import log_event
 from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
@@ -108,7 +108,13 @@ async def model_step(
         )
         return {**model, "plan": plan, "deadlines": committed["deadlines"]}
 
-    return await commit_once(slot, session_id, run_id, step, commit)
+    try:
+        return await commit_once(slot, session_id, run_id, step, commit)
+    except HelixError as exc:
+        # The model ran (and spent tokens) but its answer could not be committed: the turn
+        # fails with this error, and its summary still counts the call.
+        exc.details["modelUsage"] = response.usage.model_dump()
+        raise
 
 
 # -- committing the model's answer ----------------------------------------------------------

@@ -86,6 +86,11 @@ class _Turn:
             return await self._fail(_internal(exc))
 
     async def _fail(self, exc: HelixError) -> dict[str, Any]:
+        usage = exc.details.pop("modelUsage", None)
+        if usage is not None:
+            self.summary["steps"] += 1
+            self.summary["inputTokens"] += usage.get("input_tokens", 0)
+            self.summary["outputTokens"] += usage.get("output_tokens", 0)
         return await self._finish(
             "failed", "", {"code": exc.code, "message": exc.message, "retryable": exc.retryable}
         )
