@@ -21,7 +21,7 @@ from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .wake import send_to_turn
 
-__all__ = ["find_suspended", "stash_entry", "stop_tree", "tree_of"]
+__all__ = ["stash_entry", "stop_tree", "tree_of"]
 
 
 async def tree_of(ctx: RuntimeContext, session_id: str) -> list[SessionState]:
@@ -148,11 +148,6 @@ async def stop_tree(
             waitMs=sum(at - e.registered_at for e in mine),
         )
     return saved.get(tree[0].session_id, tree[0])
-
-
-def find_suspended(tree: list[SessionState]) -> list[SessionState]:
-    """The sessions of a tree that hold pending calls."""
-    return [s for s in tree if s.pending]
 
 
 async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, abandon: bool) -> str:

@@ -21,7 +21,7 @@ from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore, now_ms
 from . import context, names
 from .control import stash_entry, stop_tree, tree_of
-from .entry import ACTIVE_STATUSES, open_turn
+from .entry import open_turn
 from .submit import MISSING, Submission, submit
 from .turn import run_turn
 
@@ -410,8 +410,3 @@ class AgentRuntime:
                     f"Session {session_id} is {view['status']} with {len(waiting)} pending calls"
                 )
             await asyncio.sleep(0.01)
-
-
-def is_active(status: str) -> bool:
-    """Whether a session status means a turn is running or parked."""
-    return status in ACTIVE_STATUSES

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
 from ..core.llm import LLMRequest, LLMResponse
-from ..core.messages import Message, ToolCall
+from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest
 from ..errors import HelixError, ProviderError
 from ..observability import metrics
@@ -26,7 +26,7 @@ from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
 from . import names
 from .context import current
 from .once import commit_once, exactly_once, marker, recorded, step_connection
-from .plan import plan_calls
+from .plan import SUSPENDING_KINDS, plan_calls
 from .resolve import resolve_call
 
 __all__ = [
@@ -125,7 +125,7 @@ def _pending_entries(
 ) -> dict[str, PendingCall]:
     entries: dict[str, PendingCall] = {}
     for item in plan:
-        if item["kind"] not in ("client", "approval"):
+        if item["kind"] not in SUSPENDING_KINDS:
             continue
         tcid = item["toolCallId"]
         entries[tcid] = PendingCall(
@@ -365,7 +365,7 @@ async def commit_results(
     ctx = current()
     conn = await step_connection()
     at = now_ms()
-    suspending = [item for item in plan if item["kind"] in ("client", "approval")]
+    suspending = [item for item in plan if item["kind"] in SUSPENDING_KINDS]
     ids = [item["toolCallId"] for item in suspending]
 
     def settle(states: dict[str, SessionState]) -> tuple[list[dict[str, Any]], Any]:
@@ -494,8 +494,3 @@ async def finish_turn(
         conn,
     )
     log_event("turn.summary", sessionId=session_id, runId=run_id, outcome=outcome, **summary)
-
-
-def parse_calls(calls: list[dict[str, Any]]) -> list[ToolCall]:
-    """Tool calls from their JSON form."""
-    return [ToolCall.model_validate(c) for c in calls]

@@ -29,6 +29,7 @@ from ..observability import tracing
 from . import names, steps
 from .context import current
 from .entry import start_child_session
+from .plan import SUSPENDING_KINDS
 from .resolve import resolve_call
 
 __all__ = ["run_turn"]
@@ -129,7 +130,7 @@ class _Turn:
                 }
             elif item["kind"] == "subagent":
                 results[item["toolCallId"]] = {**_ids(item), **await self._run_child(item)}
-        suspending = [i for i in plan if i["kind"] in ("client", "approval")]
+        suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
         if suspending:
             self.summary["clientCalls"] += len(suspending)
             await self._park(suspending, committed["deadlines"])

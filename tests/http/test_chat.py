@@ -459,3 +459,18 @@ def test_secure_chat_needs_a_token_for_its_session(
 def test_refuses_to_build_without_authentication(http_server: HttpServer) -> None:
     with pytest.raises(ConfigError):
         create_chat_router(http_server.runtime, agent_type="editor")
+
+
+def test_reconnect_after_an_interrupt_is_204(chat: httpx.Client, client: httpx.Client) -> None:
+    chat_id = new_id()
+    send(chat, chat_id, "x")
+    assert client.post("/interrupt", json={"sessionId": chat_id}).status_code == 200
+    wait_status(client, chat_id, "interrupted")
+    assert chat.get(f"/chat/{chat_id}/stream").status_code == 204
+    # The next message starts the next turn.
+    chunks = send(chat, chat_id, "y")
+    assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
+
+
+def test_invalid_chat_id_on_reconnect_is_typed(chat: httpx.Client) -> None:
+    assert_typed(chat.get("/chat/%01x/stream"), 400, "validation_error")

@@ -308,3 +308,23 @@ def test_framing_and_headers() -> None:
         "x-vercel-ai-ui-message-stream": "v1",
         "x-accel-buffering": "no",
     }
+
+
+def test_a_message_delivered_over_pending_calls_opens_one_step() -> None:
+    out = run(
+        [
+            ev("tool_end", 5, toolCallId="c1", toolName="t", error="client_tool_abandoned"),
+            ev("user_message", 6, text="never mind"),
+            ev("text", 7, text="OK."),
+        ]
+    )
+    assert [c["type"] for c in out] == [
+        "start",
+        "start-step",
+        "tool-output-error",
+        "finish-step",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+    ]
