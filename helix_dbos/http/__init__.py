@@ -15,6 +15,7 @@ from .auth import (
     request_session_id,
     session_token_auth,
 )
+from .chat import create_chat_router
 from .errors import error_response, install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT
 from .router import create_router
@@ -26,6 +27,7 @@ __all__ = [
     "SessionTokens",
     "TokenIssuer",
     "create_app",
+    "create_chat_router",
     "create_router",
     "error_response",
     "install_error_handlers",

@@ -20,6 +20,7 @@ from ..config import HelixSettings
 from ..demo import demo_agents
 from ..runtime.runtime import AgentRuntime
 from .auth import AuthHook, TokenIssuer, session_token_auth
+from .chat import create_chat_router
 from .errors import install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT
 from .router import create_router
@@ -58,6 +59,7 @@ def create_app(
     service_name: str | None = None,
     rate_limit_per_minute: int | None = DEFAULT_SUBMIT_RATE_LIMIT,
     verbose_validation_errors: bool = False,
+    chat_agent_type: str | None = "editor",
 ) -> FastAPI:
     """The standalone agent server.
 
@@ -73,6 +75,8 @@ def create_app(
         service_name: tags the log events and the unauthenticated warning.
         rate_limit_per_minute: submits per minute per session (``None``: no limit).
         verbose_validation_errors: validation details in the 400 answers (development only).
+        chat_agent_type: the agent ``POST /chat`` (the AI SDK endpoint) starts; ``None`` leaves
+            it out.
 
     Raises:
         ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes).
@@ -100,5 +104,18 @@ def create_app(
     )
     install_error_handlers(app)
     app.include_router(router)
+    if chat_agent_type is not None:
+        # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
+        app.include_router(
+            create_chat_router(
+                runtime,
+                agent_type=chat_agent_type,
+                authenticate=authenticate,
+                allow_unauthenticated=allow_unauthenticated and authenticate is None,
+                service_name=service_name,
+                verbose_validation_errors=verbose_validation_errors,
+                rate_limit_per_minute=rate_limit_per_minute,
+            )
+        )
     app.state.runtime = runtime
     return app

@@ -39,7 +39,17 @@ __all__ = [
 ]
 
 #: The operation names the hook receives.
-OPERATIONS = ("start", "resume", "sse", "status", "interrupt", "abort", "submit-tool-result")
+OPERATIONS = (
+    "start",
+    "resume",
+    "sse",
+    "status",
+    "interrupt",
+    "abort",
+    "submit-tool-result",
+    "chat",
+    "chat-stream",
+)
 
 AuthResult = bool | Mapping[str, Any]
 """``True``, ``False`` or ``{"error": str, "status": int}``."""

@@ -55,9 +55,23 @@ from .body import (
 )
 from .errors import HelixRoute
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
-from .router import _AUTH_RESPONSES, _BODY_RESPONSES, _Api, _describe_issues, _err, _json_body
+from .router import (
+    AUTH_RESPONSES,
+    BODY_RESPONSES,
+    RouteContext,
+    describe_issues,
+    error_response_doc,
+    raw_json_body_doc,
+)
 from .schemas import Identifier
-from .sse import _ENDED, HEARTBEAT_SECONDS, POLL_SECONDS, _message_waiting, _parked, _waiting
+from .sse import (
+    ENDED_STATUSES,
+    HEARTBEAT_SECONDS,
+    POLL_SECONDS,
+    is_parked,
+    message_waiting,
+    unanswered_calls,
+)
 from .ui_stream import DONE, UI_MESSAGE_STREAM_HEADERS, UIMessageStream, encode_chunks
 
 __all__ = ["ChatRequest", "UIMessage", "create_chat_router"]
@@ -216,8 +230,8 @@ async def _session_events(
         if not batch:
             # The end is decided on a status read BEFORE the last events read (see sse.py).
             view = await runtime.status(session_id)
-            done = view["status"] in _ENDED or (
-                _parked(view) and not await _message_waiting(runtime, session_id)
+            done = view["status"] in ENDED_STATUSES or (
+                is_parked(view) and not await message_waiting(runtime, session_id)
             )
             batch = await runtime.events(session_id, after)
             if not batch:
@@ -255,14 +269,14 @@ async def ui_message_stream(
             continue
         if item.type == "suspended":
             view = await runtime.status(session_id)
-            yield encode_chunks(ui.pending(_waiting(view)))
+            yield encode_chunks(ui.pending(unanswered_calls(view)))
         yield encode_chunks(ui.translate(item.dump()))
         if ui.finished:
             break
     if not ui.finished:
         view = await runtime.status(session_id)
-        if _parked(view):
-            yield encode_chunks([*ui.pending(_waiting(view)), *ui.finish("tool-calls")])
+        if is_parked(view):
+            yield encode_chunks([*ui.pending(unanswered_calls(view)), *ui.finish("tool-calls")])
         else:
             yield encode_chunks(ui.finish("stop"))
     yield DONE
@@ -277,7 +291,9 @@ async def _finished_stream(message_id: str | None) -> AsyncIterator[bytes]:
 
 async def _replay_stream(message_id: str, view: dict[str, Any]) -> AsyncIterator[bytes]:
     ui = UIMessageStream(message_id)
-    yield encode_chunks([*ui.start(), *ui.pending(_waiting(view)), *ui.finish("tool-calls")])
+    yield encode_chunks(
+        [*ui.start(), *ui.pending(unanswered_calls(view)), *ui.finish("tool-calls")]
+    )
     yield DONE
 
 
@@ -288,7 +304,7 @@ def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 class _Chat:
-    def __init__(self, api: _Api, agent_type: str, poll_seconds: float) -> None:
+    def __init__(self, api: RouteContext, agent_type: str, poll_seconds: float) -> None:
         self.api = api
         self.runtime = api.runtime
         self.agent_type = agent_type
@@ -335,7 +351,7 @@ class _Chat:
             )
         except InvalidResultError as exc:
             if self.api.verbose:
-                exc.message = _describe_issues(exc)
+                exc.message = describe_issues(exc)
                 exc.details["issues"] = exc.issues
             raise
         except RequestValidationError as exc:
@@ -397,11 +413,11 @@ class _Chat:
             view = await self.runtime.status(chat_id)
         except SessionNotFoundError:
             return Response(status_code=204)
-        if view["status"] in _ENDED:
+        if view["status"] in ENDED_STATUSES:
             return Response(status_code=204)
         run_id = view["runId"] or ""
         message_id = message_id_for(run_id)
-        if _parked(view):
+        if is_parked(view):
             return _stream(_replay_stream(message_id, view))
         after = await _run_start(self.runtime, chat_id, view["runId"])
         return _stream(
@@ -461,7 +477,9 @@ def create_chat_router(
     limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
     limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
     chat = _Chat(
-        _Api(runtime, authenticate, verbose_validation_errors, limiter), agent_type, poll_seconds
+        RouteContext(runtime, authenticate, verbose_validation_errors, limiter),
+        agent_type,
+        poll_seconds,
     )
     router = APIRouter(route_class=HelixRoute)
     stream_doc = {
@@ -479,19 +497,21 @@ def create_chat_router(
         response_class=StreamingResponse,
         responses={
             200: stream_doc,
-            **_BODY_RESPONSES,
-            400: _err(
+            **BODY_RESPONSES,
+            400: error_response_doc(
                 "`validation_error`, `INVALID_RESULT` (a tool output failed the tool's "
                 "output schema) or `approval_mismatch`."
             ),
-            404: _err("`framework_agent_not_found` or `state_not_found`."),
-            409: _err(
+            404: error_response_doc("`framework_agent_not_found` or `state_not_found`."),
+            409: error_response_doc(
                 "`state_already_running` (retryable): a new message while a turn runs or "
                 "waits; or `state_run_superseded`."
             ),
-            429: _err("`rate_limited` (retryable, `Retry-After`): too many tool answers."),
+            429: error_response_doc(
+                "`rate_limited` (retryable, `Retry-After`): too many tool answers."
+            ),
         },
-        openapi_extra=_json_body(ChatRequest),
+        openapi_extra=raw_json_body_doc(ChatRequest),
     )
     async def post_chat(request: Request) -> Response:
         return await chat.post(request)
@@ -505,8 +525,8 @@ def create_chat_router(
         responses={
             200: stream_doc,
             204: {"description": "No active turn."},
-            **_AUTH_RESPONSES,
-            400: _err("`validation_error`: an invalid chat id."),
+            **AUTH_RESPONSES,
+            400: error_response_doc("`validation_error`: an invalid chat id."),
         },
     )
     async def chat_stream(

@@ -72,39 +72,45 @@ _SSE_HEADERS = {
 }
 
 
-def _err(description: str, model: type[BaseModel] = ErrorBody) -> dict[str, Any]:
+def error_response_doc(description: str, model: type[BaseModel] = ErrorBody) -> dict[str, Any]:
     return {"model": model, "description": description}
 
 
-_AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: _err("`unauthorized`: the authenticate hook refused (missing/invalid/expired token)."),
-    403: _err("`forbidden`: authenticated, but not for this session."),
-    500: _err("`framework_internal_error`: an unexpected failure (nothing about it is revealed)."),
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: error_response_doc(
+        "`unauthorized`: the authenticate hook refused (missing/invalid/expired token)."
+    ),
+    403: error_response_doc("`forbidden`: authenticated, but not for this session."),
+    500: error_response_doc(
+        "`framework_internal_error`: an unexpected failure (nothing about it is revealed)."
+    ),
 }
-_BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    400: _err(
+BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **AUTH_RESPONSES,
+    400: error_response_doc(
         "`validation_error`: not JSON, nested too deeply, or not a valid body "
         "(fixed message; `details` only with verbose validation errors)."
     ),
-    411: _err(
+    411: error_response_doc(
         "`validation_error` with `cause: length_required`: Transfer-Encoding without "
         "Content-Length."
     ),
-    413: _err(
+    413: error_response_doc(
         "`validation_payload_too_large` with `cause: request_body`: the body is over "
         "the request-body guard (`limitBytes`, `sizeBytes`)."
     ),
-    415: _err("`validation_error` with `cause: content_type`: the body is not `application/json`."),
+    415: error_response_doc(
+        "`validation_error` with `cause: content_type`: the body is not `application/json`."
+    ),
 }
 _QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_AUTH_RESPONSES,
-    400: _err("`validation_error`: a missing or invalid query parameter or header."),
-    404: _err("`state_not_found`: no such session."),
+    **AUTH_RESPONSES,
+    400: error_response_doc("`validation_error`: a missing or invalid query parameter or header."),
+    404: error_response_doc("`state_not_found`: no such session."),
 }
 
 
-def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+def raw_json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
     """OpenAPI for a body the handler parses itself from raw bytes."""
     return {
         "requestBody": {
@@ -114,7 +120,7 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
-class _Api:
+class RouteContext:
     """What every handler shares: the runtime, the hook and the options."""
 
     def __init__(
@@ -207,7 +213,7 @@ class _Api:
             )
         except InvalidResultError as exc:
             if self.verbose:
-                exc.message = _describe_issues(exc)
+                exc.message = describe_issues(exc)
                 exc.details["issues"] = exc.issues
             raise
         except RequestValidationError as exc:
@@ -227,7 +233,7 @@ class _Api:
         return JSONResponse(out)
 
 
-def _describe_issues(exc: InvalidResultError) -> str:
+def describe_issues(exc: InvalidResultError) -> str:
     parts = []
     for issue in exc.issues:
         if isinstance(issue, dict):
@@ -302,7 +308,7 @@ def create_router(
         )
     limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
     limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
-    api = _Api(runtime, authenticate, verbose_validation_errors, limiter)
+    api = RouteContext(runtime, authenticate, verbose_validation_errors, limiter)
     router = APIRouter(route_class=HelixRoute)
 
     @router.post(
@@ -311,13 +317,13 @@ def create_router(
         description="Start a new session (or the next turn of an ended session).",
         response_model=StartResponse,
         responses={
-            **_BODY_RESPONSES,
-            404: _err("`framework_agent_not_found`: no such agent type."),
-            409: _err(
+            **BODY_RESPONSES,
+            404: error_response_doc("`framework_agent_not_found`: no such agent type."),
+            409: error_response_doc(
                 "`state_already_running` (retryable): the session has a turn running or parked."
             ),
         },
-        openapi_extra=_json_body(StartRequest),
+        openapi_extra=raw_json_body_doc(StartRequest),
     )
     async def start(request: Request) -> Response:
         body = await api.body(request, StartRequest, "start")
@@ -333,14 +339,14 @@ def create_router(
         description="`continue` a complete batch, or deliver a new message (`with_message`).",
         response_model=TurnResponse,
         responses={
-            **_BODY_RESPONSES,
-            404: _err("`state_not_found`: no such session."),
-            409: _err(
+            **BODY_RESPONSES,
+            404: error_response_doc("`state_not_found`: no such session."),
+            409: error_response_doc(
                 "`state_not_resumable` (retryable while a batch is partial) or "
                 "`state_already_running`."
             ),
         },
-        openapi_extra=_json_body(ResumeRequest),
+        openapi_extra=raw_json_body_doc(ResumeRequest),
     )
     async def resume(request: Request) -> Response:
         body = await api.body(request, ResumeRequest, "resume")
@@ -401,8 +407,8 @@ def create_router(
         return JSONResponse(await runtime.status(session_id))
 
     control_responses: dict[int | str, dict[str, Any]] = {
-        **_BODY_RESPONSES,
-        404: _err("`state_not_found`: no such session."),
+        **BODY_RESPONSES,
+        404: error_response_doc("`state_not_found`: no such session."),
     }
 
     @router.post(
@@ -410,7 +416,7 @@ def create_router(
         summary="Interrupt a session's turn (and its sub-agents)",
         response_model=ControlResponse,
         responses=control_responses,
-        openapi_extra=_json_body(ControlRequest),
+        openapi_extra=raw_json_body_doc(ControlRequest),
     )
     async def interrupt(request: Request) -> Response:
         body = await api.body(request, ControlRequest, "interrupt")
@@ -424,7 +430,7 @@ def create_router(
         summary="Abort a session's turn: it ends failed with framework_cancelled",
         response_model=ControlResponse,
         responses=control_responses,
-        openapi_extra=_json_body(ControlRequest),
+        openapi_extra=raw_json_body_doc(ControlRequest),
     )
     async def abort(request: Request) -> Response:
         body = await api.body(request, ControlRequest, "abort")
@@ -434,24 +440,26 @@ def create_router(
         )
 
     submit_responses: dict[int | str, dict[str, Any]] = {
-        **_BODY_RESPONSES,
-        400: _err(
+        **BODY_RESPONSES,
+        400: error_response_doc(
             "`validation_error` (fixed message: the body is not a valid submit), "
             "`INVALID_RESULT` (`toolName`, `toolCallId`: the result failed the tool's "
             "output schema) or `approval_mismatch`."
         ),
-        404: _err(
+        404: error_response_doc(
             "`unknown_tool_call`: no pending call matches (`reason: run_stopped` after "
             "an interrupt or abort; `deadline_lapsed` after the deadline).",
             UnknownToolCallBody,
         ),
-        409: _err("`state_run_superseded`: the call's run was superseded; nothing written."),
-        413: _err(
+        409: error_response_doc(
+            "`state_run_superseded`: the call's run was superseded; nothing written."
+        ),
+        413: error_response_doc(
             "`validation_payload_too_large`: `cause` is `tool_result` (the result is "
             "over the submit size limit) or `request_body` (the body is over the "
             "guard, 4x the limit); `limitBytes`, `sizeBytes`. Nothing stored."
         ),
-        429: _err(
+        429: error_response_doc(
             "`rate_limited` (retryable, `Retry-After`): too many submits for the "
             "session; nothing stored."
         ),
@@ -462,7 +470,7 @@ def create_router(
         summary="Submit a client tool's result or an approval decision",
         response_model=SubmitAnswerBody,
         responses=submit_responses,
-        openapi_extra=_json_body(SubmitToolResultRequest),
+        openapi_extra=raw_json_body_doc(SubmitToolResultRequest),
     )
     async def submit_tool_result(request: Request) -> Response:
         return await api.submit(request, None)
@@ -473,7 +481,7 @@ def create_router(
         description="The same as `/submit-tool-result` with the session as the path's id.",
         response_model=SubmitAnswerBody,
         responses=submit_responses,
-        openapi_extra=_json_body(ChatSubmitToolResultRequest),
+        openapi_extra=raw_json_body_doc(ChatSubmitToolResultRequest),
     )
     async def chat_submit_tool_result(request: Request, chat_id: str) -> Response:
         return await api.submit(request, chat_id)

@@ -29,7 +29,7 @@ POLL_SECONDS = 0.05
 #: A comment frame keeps idle connections (and proxies) from timing out.
 HEARTBEAT_SECONDS = 15.0
 
-_ENDED = frozenset({"idle", "completed", "failed", "interrupted"})
+ENDED_STATUSES = frozenset({"idle", "completed", "failed", "interrupted"})
 
 
 def frame(data: dict[str, Any], event_id: int | None = None) -> bytes:
@@ -38,11 +38,11 @@ def frame(data: dict[str, Any], event_id: int | None = None) -> bytes:
     return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _waiting(view: dict[str, Any]) -> list[dict[str, Any]]:
+def unanswered_calls(view: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in view["pendingToolCalls"] if p.get("submittedAt") is None]
 
 
-def _parked(view: dict[str, Any]) -> bool:
+def is_parked(view: dict[str, Any]) -> bool:
     """Parked: the turn waits on at least one unanswered call whose deadline is ahead.
 
     When every call is answered (or every missing answer has lapsed) the turn continues on
@@ -51,10 +51,10 @@ def _parked(view: dict[str, Any]) -> bool:
     if view["status"] != "suspended_client_tool":
         return False
     at = now_ms()
-    return any(p["deadlineAt"] > at for p in _waiting(view))
+    return any(p["deadlineAt"] > at for p in unanswered_calls(view))
 
 
-async def _message_waiting(runtime: AgentRuntime, session_id: str) -> bool:
+async def message_waiting(runtime: AgentRuntime, session_id: str) -> bool:
     # A new message delivered over the pending calls (resume with_message) wakes the parked
     # turn although its calls look unanswered: the runtime stashes it on the session first.
     state = await runtime.session(session_id)
@@ -77,8 +77,8 @@ async def event_stream(
     """
     if resend_pending:
         view = await runtime.status(session_id)
-        waiting = _waiting(view)
-        if waiting and view["status"] not in _ENDED:
+        waiting = unanswered_calls(view)
+        if waiting and view["status"] not in ENDED_STATUSES:
             yield frame(
                 {
                     "type": "pending",
@@ -96,8 +96,8 @@ async def event_stream(
             # stash a new message leaves) commits together with its events, so an empty
             # read after them means the client has every event up to that state.
             view = await runtime.status(session_id)
-            done = view["status"] in _ENDED or (
-                _parked(view) and not await _message_waiting(runtime, session_id)
+            done = view["status"] in ENDED_STATUSES or (
+                is_parked(view) and not await message_waiting(runtime, session_id)
             )
             batch = await runtime.events(session_id, after)
             if not batch:

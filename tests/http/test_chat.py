@@ -474,3 +474,14 @@ def test_reconnect_after_an_interrupt_is_204(chat: httpx.Client, client: httpx.C
 
 def test_invalid_chat_id_on_reconnect_is_typed(chat: httpx.Client) -> None:
     assert_typed(chat.get("/chat/%01x/stream"), 400, "validation_error")
+
+
+def test_openapi_documents_the_chat_routes(chat: httpx.Client) -> None:
+    paths = chat.get("/openapi.json").json()["paths"]
+    post = paths["/chat"]["post"]
+    assert "text/event-stream" in post["responses"]["200"]["content"]
+    assert {"400", "401", "403", "409", "413", "415", "429"} <= set(post["responses"])
+    schema = post["requestBody"]["content"]["application/json"]["schema"]
+    assert {"id", "messages", "trigger", "messageId"} <= set(schema["properties"])
+    get = paths["/chat/{chat_id}/stream"]["get"]
+    assert {"200", "204", "401"} <= set(get["responses"])
