@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import inspect
 import json
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ..errors import AuthError, ConfigError
+from ..observability.log import log_event
 
 __all__ = [
     "OPERATIONS",
@@ -232,3 +234,38 @@ def session_token_auth(
     """
     tokens = SessionTokens(secret, ttl_seconds, authorize_start=authorize_start)
     return tokens.authenticate, tokens.issue
+
+
+def refuse_unless_authenticated(
+    authenticate: AuthHook | None,
+    allow_unauthenticated: bool,
+    service_name: str | None,
+    what: str,
+    things: str,
+) -> None:
+    """Fail closed: refuse to build routes with no ``authenticate`` hook unless the caller
+    opted out explicitly; an opt-out logs a WARN (with ``service``) and prints to stderr, so a
+    misconfigured deployment is visible even without a configured logger.
+
+    Raises:
+        ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
+    """
+    if authenticate is not None:
+        return
+    if not allow_unauthenticated:
+        raise ConfigError(
+            f"The {what} needs authentication: pass authenticate= (for example "
+            "session_token_auth(secret)) or allow_unauthenticated=True behind an "
+            "authenticating proxy"
+        )
+    log_event(
+        "server.unauthenticated",
+        service=service_name,
+        message=f"The {what} runs WITHOUT authentication",
+    )
+    label = f" {service_name!r}" if service_name else ""
+    print(
+        f"WARNING: the helix-dbos {what}{label} runs WITHOUT authentication: anyone who can "
+        f"reach it can start {things} and submit tool results.",
+        file=sys.stderr,
+    )

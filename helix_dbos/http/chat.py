@@ -25,7 +25,6 @@ The authenticate hook sees the operations ``chat`` and ``chat-stream`` with the 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,15 +36,13 @@ from starlette.responses import Response, StreamingResponse
 
 from ..core.events import SessionEvent
 from ..errors import (
-    ConfigError,
     InvalidResultError,
     RequestValidationError,
     SessionNotFoundError,
 )
-from ..observability.log import log_event
 from ..runtime.runtime import AgentRuntime
 from ..runtime.submit import MISSING
-from .auth import AuthHook, run_authenticate, set_request_context
+from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
 from .body import (
     REQUEST_BODY_CAP_FACTOR,
     REQUEST_INVALID_MESSAGE,
@@ -456,24 +453,13 @@ def create_chat_router(
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
     """
-    if authenticate is None:
-        if not allow_unauthenticated:
-            raise ConfigError(
-                "The chat endpoint needs authentication: pass authenticate= (for example "
-                "session_token_auth(secret)) or allow_unauthenticated=True behind an "
-                "authenticating proxy"
-            )
-        name = service_name or runtime.service_name
-        log_event(
-            "server.unauthenticated",
-            service=name,
-            message="The chat endpoint runs WITHOUT authentication",
-        )
-        print(
-            f"WARNING: the helix-dbos chat endpoint{f' {name!r}' if name else ''} runs WITHOUT "
-            "authentication: anyone who can reach it can start chats and submit tool results.",
-            file=sys.stderr,
-        )
+    refuse_unless_authenticated(
+        authenticate,
+        allow_unauthenticated,
+        service_name or runtime.service_name,
+        "chat endpoint",
+        "chats",
+    )
     limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
     limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
     chat = _Chat(

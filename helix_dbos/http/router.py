@@ -13,7 +13,6 @@ Every refusal is ``{error, code, retryable, ...}`` with the error's status (see 
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
@@ -23,14 +22,18 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import (
     VALIDATION_ERROR_MESSAGE,
-    ConfigError,
     InvalidResultError,
     RequestValidationError,
 )
-from ..observability.log import log_event
 from ..runtime.runtime import AgentRuntime
 from ..runtime.submit import MISSING
-from .auth import AuthHook, TokenIssuer, run_authenticate, set_request_context
+from .auth import (
+    AuthHook,
+    TokenIssuer,
+    refuse_unless_authenticated,
+    run_authenticate,
+    set_request_context,
+)
 from .body import (
     REQUEST_BODY_CAP_FACTOR,
     REQUEST_INVALID_MESSAGE,
@@ -287,25 +290,13 @@ def create_router(
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
     """
-    if authenticate is None:
-        if not allow_unauthenticated:
-            raise ConfigError(
-                "The agent server needs authentication: pass authenticate= (for example "
-                "session_token_auth(secret)) or allow_unauthenticated=True behind an "
-                "authenticating proxy"
-            )
-        name = service_name or runtime.service_name
-        log_event(
-            "server.unauthenticated",
-            service=name,
-            message="The agent server runs WITHOUT authentication",
-        )
-        print(
-            f"WARNING: the helix-dbos agent server{f' {name!r}' if name else ''} runs WITHOUT "
-            "authentication: anyone who can reach it can start sessions and submit tool "
-            "results.",
-            file=sys.stderr,
-        )
+    refuse_unless_authenticated(
+        authenticate,
+        allow_unauthenticated,
+        service_name or runtime.service_name,
+        "agent server",
+        "sessions",
+    )
     limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
     limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
     api = RouteContext(runtime, authenticate, verbose_validation_errors, limiter)
