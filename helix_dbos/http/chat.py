@@ -24,7 +24,6 @@ The authenticate hook sees the operations ``chat`` and ``chat-stream`` with the 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..core.events import SessionEvent
 from ..errors import (
     InvalidResultError,
     RequestValidationError,
@@ -63,10 +61,9 @@ from .router import (
 from .schemas import Identifier
 from .sse import (
     ENDED_STATUSES,
-    HEARTBEAT_SECONDS,
     POLL_SECONDS,
+    follow_events,
     is_parked,
-    message_waiting,
     unanswered_calls,
 )
 from .ui_stream import DONE, UI_MESSAGE_STREAM_HEADERS, UIMessageStream, encode_chunks
@@ -215,36 +212,6 @@ async def _run_start(runtime: AgentRuntime, session_id: str, run_id: str | None)
         after = batch[-1].sequence
 
 
-async def _session_events(
-    runtime: AgentRuntime, session_id: str, after: int, poll_seconds: float
-) -> AsyncIterator[SessionEvent | None]:
-    """The session's events after ``after`` until the turn ends or parks (``sse.py``'s rule);
-    ``None`` asks for a keep-alive."""
-    loop = asyncio.get_running_loop()
-    last_sent = loop.time()
-    while True:
-        batch = await runtime.events(session_id, after)
-        if not batch:
-            # The end is decided on a status read BEFORE the last events read (see sse.py).
-            view = await runtime.status(session_id)
-            done = view["status"] in ENDED_STATUSES or (
-                is_parked(view) and not await message_waiting(runtime, session_id)
-            )
-            batch = await runtime.events(session_id, after)
-            if not batch:
-                if done:
-                    return
-                if loop.time() - last_sent >= HEARTBEAT_SECONDS:
-                    last_sent = loop.time()
-                    yield None
-                await asyncio.sleep(poll_seconds)
-                continue
-        for item in batch:
-            after = item.sequence
-            yield item
-        last_sent = loop.time()
-
-
 async def ui_message_stream(
     runtime: AgentRuntime,
     session_id: str,
@@ -260,7 +227,7 @@ async def ui_message_stream(
     """
     ui = UIMessageStream(message_id)
     yield encode_chunks(ui.start())
-    async for item in _session_events(runtime, session_id, after, poll_seconds):
+    async for item in follow_events(runtime, session_id, after, poll_seconds):
         if item is None:
             yield _KEEP_ALIVE
             continue

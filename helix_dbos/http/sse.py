@@ -19,10 +19,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..core.events import SessionEvent
 from ..runtime.runtime import AgentRuntime
 from ..store.store import now_ms
 
-__all__ = ["POLL_SECONDS", "event_stream", "frame"]
+__all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
 
 #: How often an open stream polls the store for new events.
 POLL_SECONDS = 0.05
@@ -87,6 +88,15 @@ async def event_stream(
                     "data": {"toolCalls": waiting},
                 }
             )
+    async for item in follow_events(runtime, session_id, after, poll_seconds):
+        yield b": keep-alive\n\n" if item is None else frame(item.dump(), item.sequence)
+
+
+async def follow_events(
+    runtime: AgentRuntime, session_id: str, after: int, poll_seconds: float = POLL_SECONDS
+) -> AsyncIterator[SessionEvent | None]:
+    """The session's events after ``after``, until the turn ends or parks; ``None`` asks the
+    caller for a keep-alive (every ``HEARTBEAT_SECONDS`` of silence)."""
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     while True:
@@ -105,10 +115,10 @@ async def event_stream(
                     return
                 if loop.time() - last_sent >= HEARTBEAT_SECONDS:
                     last_sent = loop.time()
-                    yield b": keep-alive\n\n"
+                    yield None
                 await asyncio.sleep(poll_seconds)
                 continue
         for item in batch:
             after = item.sequence
-            yield frame(item.dump(), item.sequence)
+            yield item
         last_sent = loop.time()
