@@ -25,6 +25,7 @@ from ..observability.log import log_event
 from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
 from . import names
 from .context import current
+from .deltas import DeltaStream
 from .once import commit_once, exactly_once, marker, recorded, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .resolve import resolve_call
@@ -89,7 +90,9 @@ async def model_step(
         run_id=run_id,
         step=step,
     )
-    response = await agent.llm.complete(request)
+    deltas = DeltaStream(ctx.store, session_id, run_id, step)
+    response = await agent.llm.complete(request, on_text=deltas)
+    await deltas.flush()
     plan = plan_calls(agent, response.tool_calls)
     model = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
     final_summary = None

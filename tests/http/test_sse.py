@@ -31,7 +31,12 @@ def test_stream_ends_when_the_turn_parks_then_when_it_ends(client: httpx.Client)
         },
     )
     rest = read_sse(client, sid, last_event_id=ids(first)[-1])
-    assert [f.type for f in rest if f.id is not None] == ["tool_end", "text", "turn_end"]
+    assert [f.type for f in rest if f.id is not None] == [
+        "tool_end",
+        "text_delta",
+        "text",
+        "turn_end",
+    ]
     assert rest[-1].data["data"]["text"] == "Applied 3 edits."
     assert ids(first) + ids(rest) == list(range(1, len(first) + len(rest) + 1))
 

@@ -147,6 +147,13 @@ async def test_client_tool_round_trip(
     messages = await runtime.messages(handle.session_id)
     assert messages[-1].role == "assistant"
     assert messages[-1].content == "It is sunny in Paris."
+    # The reply streamed into the session's events while the model step ran, then the
+    # complete text was recorded durably.
+    events = await runtime.events(handle.session_id)
+    streamed = "".join(e.data["delta"] for e in events if e.type == "text_delta")
+    assert streamed == "It is sunny in Paris."
+    types = [e.type for e in events]
+    assert types.index("text_delta") < types.index("text")
     first, second = server.bodies
     if provider == "openai":
         assert first["messages"][0] == {
