@@ -7,6 +7,7 @@ Postgres comes from ``HELIX_TEST_PG_URL`` (an admin URL; default the local serve
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +65,24 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         drop_pg_database(url)
+
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave as soon as everything is reported.
+
+    DBOS keeps the worker threads of runtimes that earlier tests destroyed; one that was
+    mid-operation when its test database was dropped retries its connection with growing
+    sleeps, and the interpreter would join it at exit for minutes. Nothing is left to run.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
