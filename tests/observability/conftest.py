@@ -1,7 +1,7 @@
 """Observability fixtures: real turns on a launched runtime over a fresh Postgres database.
 
 Every test gets its own database, cloned from a template that is migrated once per session
-(our tables, DBOS's system tables and its datasource table), so a launch takes ~0.15 s; the
+(our tables and DBOS's system tables), so a launch takes ~0.15 s; the
 clones are made ahead of time and dropped afterwards in the background.
 """
 
