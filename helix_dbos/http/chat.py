@@ -49,7 +49,7 @@ from .body import (
     validate_body,
 )
 from .errors import HelixRoute
-from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
+from .limits import limiter_for
 from .router import (
     AUTH_RESPONSES,
     BODY_RESPONSES,
@@ -427,8 +427,7 @@ def create_chat_router(
         "chat endpoint",
         "chats",
     )
-    limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
-    limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
+    limiter = limiter_for(rate_limit_per_minute)
     chat = _Chat(
         RouteContext(runtime, authenticate, verbose_validation_errors, limiter),
         agent_type,

@@ -73,3 +73,13 @@ class SlidingWindowLimiter:
     def _sweep(self, now: float) -> None:
         for key in [k for k, v in self._hits.items() if not v or v[-1] <= now - self.window]:
             del self._hits[key]
+
+
+def limiter_for(rate_limit_per_minute: int | bool | None) -> SlidingWindowLimiter | None:
+    """The per-session limiter a router option asks for: ``True`` is the default rate,
+    ``None`` or ``False`` none."""
+    if rate_limit_per_minute is True:
+        return SlidingWindowLimiter(DEFAULT_SUBMIT_RATE_LIMIT)
+    if rate_limit_per_minute is None or rate_limit_per_minute is False:
+        return None
+    return SlidingWindowLimiter(rate_limit_per_minute)

@@ -43,7 +43,7 @@ from .body import (
     validate_body,
 )
 from .errors import HelixRoute
-from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
+from .limits import SlidingWindowLimiter, limiter_for
 from .schemas import (
     ChatSubmitToolResultRequest,
     ControlRequest,
@@ -297,8 +297,7 @@ def create_router(
         "agent server",
         "sessions",
     )
-    limit = DEFAULT_SUBMIT_RATE_LIMIT if rate_limit_per_minute is True else rate_limit_per_minute
-    limiter = SlidingWindowLimiter(limit) if limit is not None and limit is not False else None
+    limiter = limiter_for(rate_limit_per_minute)
     api = RouteContext(runtime, authenticate, verbose_validation_errors, limiter)
     router = APIRouter(route_class=HelixRoute)
 
