@@ -19,6 +19,7 @@ The hierarchy::
     ├── RateLimitedError            rate_limited          429
     ├── AuthError                   unauthorized / forbidden 401/403
     ├── SchemaNotCurrentError       schema_not_current    503  migrations have not been run
+    ├── StoreUnavailableError       store_unavailable     503  the database is unreachable (retryable)
     └── ProviderError               provider_*            502  an LLM provider failed (see llm/)
 
 Every error pickles through its fields (DBOS pickles exceptions that leave a step).
@@ -49,8 +50,10 @@ __all__ = [
     "RunSupersededError",
     "SchemaNotCurrentError",
     "SessionNotFoundError",
+    "STORE_UNAVAILABLE_MESSAGE",
     "StaleStateError",
     "StateSizeExceededError",
+    "StoreUnavailableError",
     "ToolDefinitionError",
     "is_client_tool_error_code",
     "is_known_error_code",
@@ -60,6 +63,9 @@ __all__ = [
 VALIDATION_ERROR_MESSAGE = "The submit is not a valid client-tool answer or approval"
 #: The fixed message of a result that failed the tool's output schema.
 INVALID_RESULT_MESSAGE = "The submitted result failed the tool output validation"
+
+#: The fixed message of ``store_unavailable``; it never carries the driver's text.
+STORE_UNAVAILABLE_MESSAGE = "The session store is unavailable; retry the request shortly"
 
 #: Codes a client-tool result can carry when the framework, not the client, produced it.
 CLIENT_TOOL_ERROR_CODES: frozenset[str] = frozenset(
@@ -97,6 +103,7 @@ KNOWN_ERROR_CODES: frozenset[str] = CLIENT_TOOL_ERROR_CODES | frozenset(
         "unauthorized",
         "forbidden",
         "schema_not_current",
+        "store_unavailable",
         "transport_error",
         "max_steps_exceeded",
         "tool_execution_failed",
@@ -314,6 +321,31 @@ class SchemaNotCurrentError(HelixError):
 
     code = "schema_not_current"
     http_status = 503
+
+
+class StoreUnavailableError(HelixError):
+    """The database is unreachable for now (down, restarting, connections dropped).
+
+    Nothing about the request was wrong and nothing of it was lost: the same request may be
+    sent again unchanged once the database is back. The message is fixed; the driver's text
+    (which can hold SQL and its parameters) goes to the log at most. ``retryAfterSeconds``
+    (also the HTTP ``Retry-After`` header) says when to try again.
+    """
+
+    code = "store_unavailable"
+    http_status = 503
+    retryable = True
+
+    #: Seconds a client should wait before retrying, unless told otherwise.
+    DEFAULT_RETRY_AFTER = 2
+
+    def __init__(self, *, retry_after: int = DEFAULT_RETRY_AFTER) -> None:
+        super().__init__(STORE_UNAVAILABLE_MESSAGE, retryAfterSeconds=retry_after)
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds to wait before retrying."""
+        return int(self.details["retryAfterSeconds"])
 
 
 class ProviderError(HelixError):

@@ -14,12 +14,14 @@ import helix_dbos.llm  # noqa: F401  (adapters may define more HelixError subcla
 from helix_dbos.errors import (
     CLIENT_TOOL_ERROR_CODES,
     KNOWN_ERROR_CODES,
+    STORE_UNAVAILABLE_MESSAGE,
     AuthError,
     HelixError,
     InvalidResultError,
     PayloadTooLargeError,
     ProviderError,
     StaleStateError,
+    StoreUnavailableError,
     is_client_tool_error_code,
     is_known_error_code,
 )
@@ -44,6 +46,7 @@ FACTORIES: dict[type[HelixError], Callable[[], HelixError]] = {
     ProviderError: lambda: ProviderError(
         "upstream overloaded", code="provider_overloaded", retryable=True, status=529
     ),
+    StoreUnavailableError: lambda: StoreUnavailableError(retry_after=5),
 }
 
 
@@ -133,6 +136,14 @@ def test_specific_fields() -> None:
         "retryable": True,
         "providerStatus": 504,
     }
+    unavailable = StoreUnavailableError()
+    assert unavailable.to_body() == {
+        "error": STORE_UNAVAILABLE_MESSAGE,
+        "code": "store_unavailable",
+        "retryable": True,
+        "retryAfterSeconds": 2,
+    }
+    assert (unavailable.http_status, StoreUnavailableError(retry_after=7).retry_after) == (503, 7)
     stale = StaleStateError("gave up", sessionIds=["a"], attempts=3)
     assert (stale.code, stale.http_status, stale.retryable) == ("state_conflict", 409, True)
 
