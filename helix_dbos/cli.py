@@ -437,6 +437,42 @@ def _run_interrupt(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_heal(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="only sessions untouched for this long (default 15): a start in flight is not lost",
+    )
+    _add_database_options(parser)
+
+
+def _run_heal(args: argparse.Namespace) -> int:
+    from .runtime.heal import heal
+
+    async def work(store: Any, url: str) -> list[Any]:
+        client = _dbos_client(url)
+        try:
+            # No agents here: a claimed turn with no workflow is ended typed, not started
+            # (a running server's reconciler starts it instead).
+            return await heal(
+                _operator_context(store, url, client), grace_seconds=args.grace, can_start=False
+            )
+        finally:
+            client.destroy()
+
+    repairs = _with_store(args, work)
+    if args.json:
+        _print_json([r.dump() for r in repairs])
+    elif not repairs:
+        print("nothing to repair")
+    else:
+        for r in repairs:
+            print(f"{r.action:<16} {r.session_id}  (workflow {r.workflow_status or 'missing'})")
+    return EXIT_OK
+
+
 register(
     Command(
         name="sessions",
@@ -468,6 +504,17 @@ register(
         help="interrupt a session (and its sub-agents) from outside the runtime",
         configure=_configure_interrupt,
         run=_run_interrupt,
+    )
+)
+
+
+register(
+    Command(
+        name="heal",
+        help="repair sessions whose status and workflow disagree (a turn lost to a crash, a "
+        "stop that did not finish); each is repaired once",
+        configure=_configure_heal,
+        run=_run_heal,
     )
 )
 

@@ -133,6 +133,10 @@ class HelixSettings:
     max_executor_threads: int = 64
     sqlite_poll_seconds: float = 0.05
     dbos_log_level: str = "WARNING"
+    heal_interval_seconds: float = 10.0
+    """How often the runtime's reconciler runs (``0``: never; ``helix-dbos heal`` still does)."""
+    heal_grace_seconds: float = 15.0
+    """How long a session must be untouched before the reconciler judges it."""
     extra_dbos_config: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -186,6 +190,10 @@ class HelixSettings:
                 values["max_executor_threads"] = int(env["HELIX_MAX_EXECUTOR_THREADS"])
             if env.get("HELIX_SQLITE_POLL_SECONDS"):
                 values["sqlite_poll_seconds"] = float(env["HELIX_SQLITE_POLL_SECONDS"])
+            if env.get("HELIX_HEAL_INTERVAL_SECONDS"):
+                values["heal_interval_seconds"] = float(env["HELIX_HEAL_INTERVAL_SECONDS"])
+            if env.get("HELIX_HEAL_GRACE_SECONDS"):
+                values["heal_grace_seconds"] = float(env["HELIX_HEAL_GRACE_SECONDS"])
         except ValueError as exc:
             raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
         if env.get("HELIX_RUN_MIGRATIONS"):

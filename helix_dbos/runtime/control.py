@@ -11,17 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.events import event
-from ..core.session import SessionState, Tombstone, batch_of, unanswered
+from ..core.session import PendingCall, SessionState, Tombstone, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError
 from ..observability import metrics
 from ..observability.log import log_event
-from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
+from ..store.store import NoChange, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .wake import send_to_turn
 
-__all__ = ["stash_entry", "stop_tree", "tree_of"]
+__all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]
+
+Stopped = list[tuple[SessionState, PendingCall]]
+"""The calls a stop cleared, each with the session that owned it."""
 
 
 async def tree_of(ctx: RuntimeContext, session_id: str) -> list[SessionState]:
@@ -42,46 +45,40 @@ async def stop_tree(
 ) -> SessionState:
     """Interrupt (or abort) a session and every sub-agent below it.
 
-    1. cancel each active turn's workflow; 2. wake every parked coroutine with a stop message;
-    3. in one transaction: clear the owners' pending calls and the root's ownership entries,
-    write ``stopped`` tombstones (a late submit answers ``run_stopped``), record the stop
-    (``interrupted``, or ``failed`` with ``framework_cancelled``), count ``client_tool_abort``.
+    The stop is RECORDED first, then enforced, so it wins over everything in flight:
+
+    1. in one transaction: every active session of the tree moves to ``interrupted`` (or
+       ``failed`` with ``framework_cancelled``); the owners' pending calls and the root's
+       ownership entries are cleared; ``stopped`` tombstones are written (a late submit
+       answers ``run_stopped``); ``client_tool_abort`` is counted and ``turn_end`` written.
+       A step of a stopped turn that commits after this is fenced and writes nothing.
+    2. each stopped turn's workflow is cancelled, and every coroutine parked on one of the
+       cleared calls is woken with a stop message (``cancel_workflow`` does not wake it).
+
+    A crash between 1 and 2 leaves a PENDING workflow behind a stopped session: its next
+    commit is fenced, and the reconciler (``heal``) cancels it.
     """
     tree = await tree_of(ctx, session_id)
-    active = [s for s in tree if s.status in ACTIVE_STATUSES]
-    if not active:
+    if not any(s.status in ACTIVE_STATUSES for s in tree):
         return tree[0]
-    for state in active:
-        if state.workflow_id:
-            await ctx.dbos().cancel_workflow_async(state.workflow_id)
-    for state in active:
-        # Every awaited topic, answered or not: an answer whose own wake-up was lost still
-        # leaves the coroutine parked on its topic, and an extra message there is harmless.
-        for entry in state.pending.values():
-            if state.workflow_id:
-                await send_to_turn(
-                    ctx,
-                    state.workflow_id,
-                    {"kind": "stop"},
-                    names.tool_result_topic(entry.tool_call_id),
-                    names.control_idempotency_key(entry.run_id, entry.tool_call_id, "stop"),
-                )
     at = now_ms()
     root_id = tree[0].root_session_id
-    ids = [s.session_id for s in active]
+    ids = [s.session_id for s in tree]
     error = (
         {"code": "framework_cancelled", "message": reason or "The session was aborted"}
         if abort
         else None
     )
-    stopped: list[tuple[SessionState, Any]] = []
+    outcome = "failed" if abort else "interrupted"
 
-    def record(states: dict[str, SessionState]) -> None:
+    def record(states: dict[str, SessionState]) -> tuple[Stopped, list[str]]:
+        # Pure: it may run again on a retried transaction; it reports what it stopped.
         root = states[root_id]
-        for sid in ids:
-            s = states[sid]
-            if s.status not in ACTIVE_STATUSES:
-                continue
+        stopped: Stopped = []
+        live = [states[sid] for sid in ids if states[sid].status in ACTIVE_STATUSES]
+        if not live:
+            raise NoChange((stopped, []))
+        for s in live:
             for entry in list(s.pending.values()):
                 stopped.append((s, entry))
                 root.ownership.pop(entry.tool_call_id, None)
@@ -89,26 +86,22 @@ async def stop_tree(
                     completed_at=at,
                     outcome="stopped",
                     run_id=entry.run_id,
-                    owner_session_id=sid,
+                    owner_session_id=s.session_id,
                     retention_ms=entry.completed_retention_ms,
                 )
             s.pending.clear()
             s.metadata.pop("entryInput", None)
             s.status = "failed" if abort else "interrupted"
             s.error = error
+        return stopped, [s.session_id for s in live]
 
-    async with ctx.store.transaction() as conn:
-        saved, _ = await ctx.store.update(
-            list(dict.fromkeys([root_id, *ids])),
-            record,
-            attempts=PENDING_CLEAR_ATTEMPTS,
-            conn=conn,
-            retry_event="client_tool.clear_pending_retry",
-            failed_event="client_tool.ownership_clear_failed",
+    async def commit(conn: Any) -> tuple[dict[str, SessionState], list[str], Stopped]:
+        saved, (stopped, ended) = await ctx.store.update(
+            list(dict.fromkeys([root_id, *ids])), record, conn=conn
         )
         rows: list[dict[str, Any]] = []
         for state, entry in stopped:
-            common = {
+            common: dict[str, Any] = {
                 "session_id": state.session_id,
                 "run_id": entry.run_id,
                 "tool_call_id": entry.tool_call_id,
@@ -118,14 +111,22 @@ async def stop_tree(
             rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
             rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
         await ctx.store.record_usage(rows, conn)
-        outcome = "failed" if abort else "interrupted"
-        for sid in ids:
+        for sid in ended:
             await ctx.store.append_events(
                 sid,
                 saved[sid].run_id,
                 [event("turn_end", outcome=outcome, **({"error": error} if error else {}))],
                 conn,
             )
+        return saved, ended, stopped
+
+    saved, ended, stopped = await ctx.store.transact(
+        commit,
+        retry_event="client_tool.clear_pending_retry",
+        failed_event="client_tool.ownership_clear_failed",
+        log_fields={"sessionIds": list(dict.fromkeys([root_id, *ids]))},
+    )
+    await _enforce_stop(ctx, [saved[sid] for sid in ended], stopped)
     for state, entry in stopped:
         log_event(
             "client_tool.aborted",
@@ -136,7 +137,7 @@ async def stop_tree(
             deadlineAt=entry.deadline_at,
             abort=abort,
         )
-    for sid in ids:
+    for sid in ended:
         # The stopped turn's workflow is cancelled and cannot log its own summary line.
         mine = [entry for state, entry in stopped if state.session_id == sid]
         log_event(
@@ -148,6 +149,35 @@ async def stop_tree(
             waitMs=sum(at - e.registered_at for e in mine),
         )
     return saved.get(tree[0].session_id, tree[0])
+
+
+async def _enforce_stop(
+    ctx: RuntimeContext,
+    sessions: list[SessionState],
+    stopped: list[tuple[SessionState, PendingCall]],
+) -> None:
+    """Cancel the stopped turns' workflows and wake every coroutine parked on a cleared call."""
+    for state in sessions:
+        if state.workflow_id:
+            await ctx.dbos().cancel_workflow_async(state.workflow_id)
+    for state, entry in stopped:
+        # Every awaited topic, answered or not: an answer whose own wake-up was lost still
+        # leaves the coroutine parked on its topic, and an extra message there is harmless.
+        await wake_stopped(ctx, state.workflow_id, entry.run_id, entry.tool_call_id)
+
+
+async def wake_stopped(
+    ctx: RuntimeContext, workflow_id: str | None, run_id: str, tool_call_id: str
+) -> None:
+    """Send the stop message on one call's topic (idempotent per run and call)."""
+    if workflow_id:
+        await send_to_turn(
+            ctx,
+            workflow_id,
+            {"kind": "stop"},
+            names.tool_result_topic(tool_call_id),
+            names.control_idempotency_key(run_id, tool_call_id, "stop"),
+        )
 
 
 async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, abandon: bool) -> str:

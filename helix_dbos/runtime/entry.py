@@ -15,7 +15,7 @@ from ..core.humanize import humanize_client_tool_error
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import AgentAlreadyRunningError
-from ..store.store import SessionStore
+from ..store.store import NoChange, SessionStore, guard
 from . import names
 from .context import current
 from .once import exactly_once, step_connection
@@ -117,36 +117,53 @@ async def start_child_session(
     agent_type: str,
     root_session_id: str,
     parent_session_id: str,
+    parent_run_id: str,
     message: str,
-) -> None:
-    """Inside a parent turn: create the sub-agent's session and commit its entry (one step)."""
+) -> dict[str, Any]:
+    """Inside a parent turn: create the sub-agent's session and commit its entry (one step).
 
-    await _start_child(
+    Fenced on the parent: a parent whose run was stopped or superseded creates no child
+    (``{"fenced": reason}``).
+    """
+    return await _start_child(
         child_session_id,
         child_turn_id,
         agent_type,
         root_session_id,
         parent_session_id,
+        parent_run_id,
         message,
     )
 
 
-@exactly_once(names.START_CHILD_STEP, "start_child", run_arg=1)
+@exactly_once(
+    names.START_CHILD_STEP, "start_child", session_param="session_id", run_param="turn_id"
+)
 async def _start_child(
-    child_session_id: str,
-    child_turn_id: str,
+    session_id: str,
+    turn_id: str,
     agent_type: str,
     root_session_id: str,
     parent_session_id: str,
+    parent_run_id: str,
     message: str,
-) -> None:
+) -> dict[str, Any]:
+    store = current().store
+    conn = await step_connection()
+
+    def parent_live(states: dict[str, SessionState]) -> None:
+        guard(states[parent_session_id], parent_run_id, ("running",))
+        raise NoChange(None)
+
+    await store.update([parent_session_id], parent_live, conn=conn)
     await open_turn(
-        current().store,
-        await step_connection(),
-        session_id=child_session_id,
+        store,
+        conn,
+        session_id=session_id,
         agent_type=agent_type,
-        turn_id=child_turn_id,
+        turn_id=turn_id,
         message=message,
         root_session_id=root_session_id,
         parent_session_id=parent_session_id,
     )
+    return {"sessionId": session_id}

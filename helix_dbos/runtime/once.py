@@ -2,40 +2,44 @@
 
 The writes of a step commit in ONE transaction with a checkpoint row (``__agents_checkpoints``)
 keyed by the step's slot in its workflow (``<workflow id>:<step id>:<kind>``) that holds the
-step's result; DBOS then records the step as usual. A re-execution (a crash after our commit,
-before DBOS recorded the step) finds the checkpoint and returns the same result without writing
-again; a concurrent duplicate loses on the checkpoint's primary key and reads the winner's
-result.
+step's result; DBOS then records the step as usual. The transaction first reads the slot's
+checkpoint: a re-execution (a crash after our commit, before DBOS recorded the step; or a
+commit whose acknowledgement was lost to a dropped connection) returns the recorded result
+without writing again, and a concurrent duplicate loses on the checkpoint's primary key and
+reads the winner's result.
 
-This is what DBOS's datasource transactions do, in fewer round trips: no separate ownership
-check and no checkpoint clean-up transaction per step, and the model call and the commit of its
-answer can be one step.
+The transaction is the store's ``transact``: it is bound to the task, so every store call the
+body makes joins it (a write cannot miss the step's connection), it is retried as a whole on a
+lost race or a transient database fault, and a failed guard (``Fenced``: the run was stopped
+or superseded) rolls it back so the step writes nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
 from dbos import DBOS
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..store.store import PENDING_CLEAR_ATTEMPTS, Fenced
 from .context import current
 
-__all__ = ["commit_once", "exactly_once", "marker", "recorded", "step_connection"]
+__all__ = ["FENCED", "commit_once", "exactly_once", "marker", "recorded", "step_connection"]
 
 R = TypeVar("R")
 P = ParamSpec("P")
 
-_step_tx: ContextVar[AsyncConnection | None] = ContextVar("helix_step_tx", default=None)
+FENCED = "fenced"
+"""The key of a step result whose commit was fenced: ``{"fenced": <reason>}``."""
 
 
 async def step_connection() -> AsyncConnection:
     """The transaction of the exactly-once step being committed."""
-    conn = _step_tx.get()
+    conn = current().store.bound()
     assert conn is not None, "only inside an exactly-once step commit"
     return conn
 
@@ -56,50 +60,105 @@ async def commit_once(
     run_id: str | None,
     step_count: int,
     body: Callable[[], Awaitable[R]],
+    *,
+    attempts: int = PENDING_CLEAR_ATTEMPTS,
+    retry_event: str | None = None,
+    failed_event: str | None = None,
+    session_ids: list[str] | None = None,
 ) -> R:
-    """Run ``body``'s writes and the checkpoint holding its result in one transaction."""
+    """Run ``body``'s writes and the checkpoint holding its result in one transaction.
+
+    ``attempts`` bounds the retries on lost compare-and-swap races (logged as
+    ``retry_event`` / ``failed_event`` with ``session_ids``).
+
+    ``body`` may run several times (the transaction is retried as a whole); it writes only
+    through the store (which joins the bound transaction) and logs nothing.
+
+    Raises:
+        Fenced: ``body``'s guard failed; nothing was written.
+    """
     store = current().store
+
+    async def attempt(conn: AsyncConnection) -> R:
+        done = await store.get_checkpoint(slot, conn)
+        if done is not None:
+            return done["state"]["result"]  # type: ignore[no-any-return]
+        result = await body()
+        await store.write_checkpoint(
+            session_id,
+            run_id,
+            step_count=step_count,
+            state={"result": result},
+            checkpoint_id=slot,
+            conn=conn,
+        )
+        return result
+
     try:
-        async with store.transaction() as conn:
-            token = _step_tx.set(conn)
-            try:
-                result = await body()
-            finally:
-                _step_tx.reset(token)
-            await store.write_checkpoint(
-                session_id,
-                run_id,
-                step_count=step_count,
-                state={"result": result},
-                checkpoint_id=slot,
-                conn=conn,
-            )
+        return await store.transact(
+            attempt,
+            attempts=attempts,
+            retry_event=retry_event,
+            failed_event=failed_event,
+            log_fields={"sessionIds": session_ids or [session_id]},
+        )
     except IntegrityError:
         # A concurrent execution of the same step committed first: its result is ours.
         done = await recorded(slot)
         if done is None:
             raise
         return done["state"]["result"]  # type: ignore[no-any-return]
-    return result
+
+
+def _session_ids(arguments: dict[str, Any], session_param: str) -> list[str]:
+    """The session rows a step writes, for its log lines: its own, and its root's."""
+    ids = [str(arguments[session_param])]
+    root = arguments.get("root_session_id")
+    if root is not None and root not in ids:
+        ids.append(str(root))
+    return ids
 
 
 def exactly_once(
-    name: str, kind: str, run_arg: int
-) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]:
+    name: str,
+    kind: str,
+    *,
+    session_param: str = "session_id",
+    run_param: str = "run_id",
+    retry_event: str | None = None,
+    failed_event: str | None = None,
+) -> Callable[
+    [Callable[P, Coroutine[Any, Any, dict[str, Any]]]],
+    Callable[P, Coroutine[Any, Any, dict[str, Any]]],
+]:
     """Make ``fn`` a DBOS step named ``name`` whose writes commit exactly once.
 
-    ``fn``'s first argument is the session id, and ``run_arg`` the position of the run id.
+    The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
+    (bound by name, so positional and keyword calls file the same). A fenced commit returns
+    ``{"fenced": reason}`` (recorded, so a replay sees the same).
     """
 
-    def wrap(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    def wrap(
+        fn: Callable[P, Coroutine[Any, Any, dict[str, Any]]],
+    ) -> Callable[P, Coroutine[Any, Any, dict[str, Any]]]:
+        signature = inspect.signature(fn)
+
         @functools.wraps(fn)
-        async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            # No read before the write: a re-execution's writes fail on the checkpoint's key
-            # (or on a unique index) and roll back, and the recorded result is returned.
-            slot = marker(kind)
-            return await commit_once(
-                slot, str(args[0]), str(args[run_arg]), 0, lambda: fn(*args, **kwargs)
-            )
+        async def run(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+            bound = signature.bind(*args, **kwargs).arguments
+            try:
+                return await commit_once(
+                    marker(kind),
+                    str(bound[session_param]),
+                    str(bound[run_param]),
+                    0,
+                    lambda: fn(*args, **kwargs),
+                    retry_event=retry_event,
+                    failed_event=failed_event,
+                    session_ids=_session_ids(bound, session_param),
+                )
+            except Fenced as fenced:
+                return {FENCED: fenced.reason}
 
         return DBOS.step(name=name)(run)
 

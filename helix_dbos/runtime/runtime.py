@@ -9,19 +9,21 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dbos import DBOS, DBOSClient, SetWorkflowID
+from sqlalchemy.exc import IntegrityError
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState, SubmitAnswer, batch_of, unanswered
-from ..errors import AgentNotResumableError, RequestValidationError
+from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore, now_ms
 from . import context, names
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
+from .heal import Repair, heal, heal_forever
 from .submit import MISSING, Submission, submit
 from .turn import run_turn
 
@@ -75,6 +77,7 @@ class AgentRuntime:
         self.scrubber = scrubber
         self.service_name = service_name
         self._ctx: context.RuntimeContext | None = None
+        self._healer: asyncio.Task[None] | None = None
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
 
@@ -136,6 +139,15 @@ class AgentRuntime:
         # Recovery at launch replays parked turns, which look the context up: install first.
         context.install(self._ctx)
         DBOS.launch()
+        if s.heal_interval_seconds > 0:
+            self._healer = asyncio.create_task(
+                heal_forever(self._ctx, s.heal_interval_seconds, s.heal_grace_seconds)
+            )
+
+    async def heal(self, grace_seconds: float | None = None) -> list[Repair]:
+        """Run one reconciliation pass now (the background task runs them periodically)."""
+        grace = self.settings.heal_grace_seconds if grace_seconds is None else grace_seconds
+        return await heal(self.ctx, grace_seconds=grace)
 
     async def shutdown(self, grace_seconds: float = 2.0) -> None:
         """Destroy DBOS and close the store. Parked turns stay durable and recover later.
@@ -143,6 +155,9 @@ class AgentRuntime:
         Turns that are between steps (not parked) get ``grace_seconds`` to reach their next
         park or their end, so a clean shutdown does not leave them to crash recovery.
         """
+        if self._healer is not None:
+            self._healer.cancel()
+            self._healer = None
         await self._drain(grace_seconds)
         DBOS.destroy(destroy_registry=False)
         if self._ctx is not None:
@@ -187,15 +202,24 @@ class AgentRuntime:
 
     async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
         turn_id = f"run_{uuid.uuid4().hex[:24]}"
-        async with self.store.transaction() as conn:
-            state = await open_turn(
-                self.store,
-                conn,
-                session_id=session_id,
-                agent_type=agent_type,
-                turn_id=turn_id,
-                message=message,
+        try:
+            state = await self.store.transact(
+                lambda conn: open_turn(
+                    self.store,
+                    conn,
+                    session_id=session_id,
+                    agent_type=agent_type,
+                    turn_id=turn_id,
+                    message=message,
+                )
             )
+        except IntegrityError:
+            # Two starts raced to create the same new session: the other one won.
+            raise AgentAlreadyRunningError(
+                f"Session {session_id!r} already has a turn running", sessionId=session_id
+            ) from None
+        # The claim is committed; a crash before the workflow below starts leaves it without a
+        # workflow, and the reconciler (``heal``) starts that workflow under the same id.
         workflow_id = names.turn_workflow_id(session_id, turn_id)
         with SetWorkflowID(workflow_id):
             workflow = await DBOS.start_workflow_async(

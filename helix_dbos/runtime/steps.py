@@ -22,11 +22,20 @@ from ..core.session import PendingCall, SessionState, Tombstone, args_digest
 from ..errors import HelixError, ProviderError
 from ..observability import metrics
 from ..observability.log import log_event
-from ..store.store import OWNERSHIP_ATTEMPTS, PENDING_CLEAR_ATTEMPTS, now_ms
+from ..store.faults import is_transient
+from ..store.store import (
+    OWNERSHIP_ATTEMPTS,
+    Fenced,
+    NoChange,
+    RetryTransaction,
+    guard,
+    now_ms,
+)
 from . import names
 from .context import current
 from .deltas import DeltaStream
-from .once import commit_once, exactly_once, marker, recorded, step_connection
+from .entry import ACTIVE_STATUSES
+from .once import FENCED, commit_once, exactly_once, marker, recorded, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .resolve import resolve_call
 
@@ -34,6 +43,7 @@ __all__ = [
     "collect_answers",
     "commit_results",
     "finish_turn",
+    "log_settled",
     "model_step",
     "run_server_tool",
     "tool_result_message",
@@ -43,8 +53,12 @@ R = TypeVar("R")
 P = ParamSpec("P")
 
 
+#: How long a turn woken with an answer waits for that answer's commit to become visible.
+ANSWER_VISIBILITY_MS = 10_000
+
+
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ProviderError) and exc.retryable
+    return (isinstance(exc, ProviderError) and exc.retryable) or is_transient(exc)
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -80,6 +94,11 @@ async def model_step(
     if done is not None:
         return done["state"]["result"]  # type: ignore[no-any-return]
     ctx = current()
+    try:
+        # A stopped or superseded run does not spend a model call.
+        guard(await ctx.store.get(session_id), run_id, ("running",))
+    except Fenced as fenced:
+        return {FENCED: fenced.reason}
     agent = ctx.registry.get(agent_type)
     history = await ctx.store.load_messages(session_id)
     request = LLMRequest(
@@ -112,12 +131,53 @@ async def model_step(
         return {**model, "plan": plan, "deadlines": committed["deadlines"]}
 
     try:
-        return await commit_once(slot, session_id, run_id, step, commit)
+        committed = await commit_once(
+            slot,
+            session_id,
+            run_id,
+            step,
+            commit,
+            attempts=OWNERSHIP_ATTEMPTS,
+            retry_event="client_tool.ownership_retry",
+            failed_event="client_tool.ownership_write_failed",
+            session_ids=list(dict.fromkeys([session_id, root_session_id])),
+        )
+    except Fenced as fenced:
+        # Stopped or superseded while the model ran: nothing is written, the answer dropped.
+        return {FENCED: fenced.reason}
     except HelixError as exc:
         # The model ran (and spent tokens) but its answer could not be committed: the turn
         # fails with this error, and its summary still counts the call.
         exc.details["modelUsage"] = response.usage.model_dump()
         raise
+    _log_model_commit(session_id, run_id, plan, committed["deadlines"], final_summary)
+    return committed
+
+
+def _log_model_commit(
+    session_id: str,
+    run_id: str,
+    plan: list[dict[str, Any]],
+    deadlines: dict[str, int],
+    final_summary: dict[str, Any] | None,
+) -> None:
+    """The log lines of a committed model answer (after the commit: a retried transaction
+    must not log twice)."""
+    if final_summary is not None:
+        log_event(
+            "turn.summary", sessionId=session_id, runId=run_id, outcome="completed", **final_summary
+        )
+    for item in plan:
+        if item["toolCallId"] in deadlines:
+            log_event(
+                "client_tool.suspended",
+                sessionId=session_id,
+                runId=run_id,
+                toolCallId=item["toolCallId"],
+                toolName=item["toolName"],
+                deadlineAt=deadlines[item["toolCallId"]],
+                kind=item["kind"],
+            )
 
 
 # -- committing the model's answer ----------------------------------------------------------
@@ -219,25 +279,22 @@ async def _commit_model(
         conn,
     )
     entries = _pending_entries(plan, run_id, at, retention_ms)
-    if entries:
 
-        def register(states: dict[str, SessionState]) -> None:
-            owner, root = states[session_id], states[root_session_id]
-            owner.pending.update(entries)
+    def register(states: dict[str, SessionState]) -> None:
+        # The fence: only the session's live run, still running, commits its model's answer.
+        owner, root = states[session_id], states[root_session_id]
+        guard(owner, run_id, ("running",))
+        if final_summary is not None:
+            _end("completed", None)({session_id: owner})
+        elif not entries:
+            raise NoChange(None)
+        owner.pending.update(entries)
+        if entries:
             owner.status = "suspended_client_tool"
-            for tcid in entries:
-                root.ownership[tcid] = session_id
+        for tcid in entries:
+            root.ownership[tcid] = session_id
 
-        await ctx.store.update(
-            [session_id, root_session_id],
-            register,
-            attempts=OWNERSHIP_ATTEMPTS,
-            conn=conn,
-            retry_event="client_tool.ownership_retry",
-            failed_event="client_tool.ownership_write_failed",
-        )
-    if final_summary is not None:
-        await ctx.store.update([session_id], _end("completed", None), conn=conn)
+    await ctx.store.update([session_id, root_session_id], register, conn=conn)
     new_events: list[dict[str, Any]] = []
     if response.text:
         new_events.append(event("text", text=response.text, step=step))
@@ -247,20 +304,6 @@ async def _commit_model(
     if final_summary is not None:
         new_events.append(event("turn_end", outcome="completed", text=response.text))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
-    if final_summary is not None:
-        log_event(
-            "turn.summary", sessionId=session_id, runId=run_id, outcome="completed", **final_summary
-        )
-    for entry in entries.values():
-        log_event(
-            "client_tool.suspended",
-            sessionId=session_id,
-            runId=run_id,
-            toolCallId=entry.tool_call_id,
-            toolName=entry.tool_name,
-            deadlineAt=entry.deadline_at,
-            kind=entry.kind,
-        )
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
 
 
@@ -310,16 +353,46 @@ async def run_server_tool(
 
 
 @DBOS.step(name=names.COLLECT_ANSWERS_STEP)
-async def collect_answers(session_id: str, run_id: str, tool_call_ids: list[str]) -> dict[str, Any]:
-    """Read the stored answers of a batch (and whether a new message abandons the rest)."""
-    state = await current().store.get(session_id)
-    stash = state.metadata.get("entryInput")
-    abandon = bool(stash and stash.get("abandonPending"))
-    answers: dict[str, Any] = {}
-    for tcid in tool_call_ids:
-        entry = state.pending.get(tcid)
-        answers[tcid] = entry.dump() if entry is not None and entry.run_id == run_id else None
-    return {"answers": answers, "abandon": abandon}
+async def collect_answers(
+    session_id: str, run_id: str, tool_call_ids: list[str], woken: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """Read the stored answers of a batch (and whether a new message abandons the rest).
+
+    ``woken`` maps the calls the turn was woken for with an answer to that answer's time: the
+    read waits until each of those answers is visible (see ``await_visible``).
+    """
+    store = current().store
+
+    async def read(conn: Any) -> dict[str, Any]:
+        state = await store.get(session_id, conn)
+        await_visible(state, woken or {}, now_ms())
+        stash = state.metadata.get("entryInput")
+        abandon = bool(stash and stash.get("abandonPending"))
+        answers: dict[str, Any] = {}
+        for tcid in tool_call_ids:
+            entry = state.pending.get(tcid)
+            answers[tcid] = entry.dump() if entry is not None and entry.run_id == run_id else None
+        return {"answers": answers, "abandon": abandon}
+
+    return await store.transact(read)
+
+
+def await_visible(owner: SessionState, woken: dict[str, int], at: int) -> None:
+    """Retry the transaction while a call the turn was woken for shows no stored answer.
+
+    A wake-up may land before its answer is visible to this transaction; resolving the call
+    then would turn an accepted answer into a timeout. After ``ANSWER_VISIBILITY_MS`` the
+    stored state is taken as it is (the wake-up was not an answer after all).
+
+    Raises:
+        RetryTransaction: an answer the turn was woken for is not visible yet.
+    """
+    for tcid, sent_at in woken.items():
+        entry = owner.pending.get(tcid)
+        if entry is None or entry.submitted_at is not None:
+            continue
+        if at - sent_at < ANSWER_VISIBILITY_MS:
+            raise RetryTransaction(f"the answer to {tcid} is not visible yet")
 
 
 def tool_result_message(result: dict[str, Any]) -> Message:
@@ -345,7 +418,12 @@ def tool_result_message(result: dict[str, Any]) -> Message:
     )
 
 
-@exactly_once(names.COMMIT_RESULTS_STEP, "results", run_arg=2)
+@exactly_once(
+    names.COMMIT_RESULTS_STEP,
+    "results",
+    retry_event="client_tool.clear_pending_retry",
+    failed_event="client_tool.clear_failed_exhausted",
+)
 async def commit_results(
     session_id: str,
     root_session_id: str,
@@ -353,6 +431,7 @@ async def commit_results(
     next_run: str,
     plan: list[dict[str, Any]],
     given: dict[str, dict[str, Any]],
+    woken: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -361,6 +440,9 @@ async def commit_results(
     transaction. In one transaction: the results (then a stashed new message, if one waits),
     the pending and ownership entries cleared, tombstones written on the root, wait and
     outcome metrics, ``tool_end`` events, and the session moved to the continuation run.
+
+    Fenced: only the session's live run, still active, settles its calls; a stopped or
+    superseded run writes nothing (``{"fenced": reason}``).
 
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
@@ -373,6 +455,8 @@ async def commit_results(
 
     def settle(states: dict[str, SessionState]) -> tuple[list[dict[str, Any]], Any]:
         owner, root = states[session_id], states[root_session_id]
+        guard(owner, run_id, ACTIVE_STATUSES)
+        await_visible(owner, woken or {}, at)
         stash = owner.metadata.pop("entryInput", None)
         abandon = bool(stash and stash.get("abandonPending"))
         resolved = dict(given)
@@ -399,14 +483,15 @@ async def commit_results(
 
     if suspending:
         _, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id],
-            settle,
-            attempts=PENDING_CLEAR_ATTEMPTS,
-            conn=conn,
-            retry_event="client_tool.clear_pending_retry",
-            failed_event="client_tool.clear_failed_exhausted",
+            [session_id, root_session_id], settle, conn=conn
         )
     else:
+
+        def fence(states: dict[str, SessionState]) -> None:
+            guard(states[session_id], run_id, ACTIVE_STATUSES)
+            raise NoChange(None)
+
+        await ctx.store.update([session_id], fence, conn=conn)
         results, stash = [given[item["toolCallId"]] for item in plan], None
     suspended = [r for r in results if r.get("suspended")]
     new_messages = [tool_result_message(r) for r in results]
@@ -425,14 +510,6 @@ async def commit_results(
         usage_rows.append(metrics.wait_row(wait_ms=r.get("waitMs", 0), **common))
         if r["outcome"] == "timeout":
             usage_rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
-            log_event(
-                "client_tool.timeout",
-                sessionId=session_id,
-                runId=run_id,
-                toolCallId=r["toolCallId"],
-                toolName=r["toolName"],
-                deadlineAt=r.get("deadlineAt"),
-            )
     await ctx.store.record_usage(usage_rows, conn)
     end_events = []
     for r in results:
@@ -447,6 +524,21 @@ async def commit_results(
         end_events.append(event("user_message", text=stash["message"]))
     await ctx.store.append_events(session_id, run_id, end_events, conn)
     return {"results": results, "stashedMessage": bool(stash and stash.get("message"))}
+
+
+def log_settled(session_id: str, run_id: str, results: list[dict[str, Any]]) -> None:
+    """The log lines of committed results (after the commit: a retried transaction must not
+    log twice)."""
+    for r in results:
+        if r.get("outcome") == "timeout":
+            log_event(
+                "client_tool.timeout",
+                sessionId=session_id,
+                runId=run_id,
+                toolCallId=r["toolCallId"],
+                toolName=r["toolName"],
+                deadlineAt=r.get("deadlineAt"),
+            )
 
 
 def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
@@ -474,7 +566,7 @@ def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, Sessi
     return end
 
 
-@exactly_once(names.FINISH_STEP, "finish", run_arg=1)
+@exactly_once(names.FINISH_STEP, "finish")
 async def finish_turn(
     session_id: str,
     run_id: str,
@@ -482,18 +574,43 @@ async def finish_turn(
     text: str,
     error: dict[str, Any] | None,
     summary: dict[str, Any],
-) -> None:
-    """Record the turn's end: status, error, the ``turn_end`` event and the summary line."""
+    root_session_id: str | None = None,
+) -> dict[str, Any]:
+    """Record the turn's end: status, error and the ``turn_end`` event.
+
+    A turn that ends with calls still pending (it failed while they waited) clears them and
+    their ownership entries on the root, with ``stopped`` tombstones: a late submit answers
+    ``run_stopped``, never ``accepted`` for an answer nothing would apply.
+
+    Fenced like every step commit: a stopped or superseded run records nothing.
+    """
     ctx = current()
     conn = await step_connection()
     status = "completed" if outcome == "completed" else "failed"
-    await ctx.store.update(
-        [session_id], _end(status, error), attempts=PENDING_CLEAR_ATTEMPTS, conn=conn
-    )
+    end = _end(status, error)
+    root_id = root_session_id or session_id
+    at = now_ms()
+
+    def finish(states: dict[str, SessionState]) -> None:
+        owner, root = states[session_id], states[root_id]
+        guard(owner, run_id, ACTIVE_STATUSES)
+        for tcid, entry in list(owner.pending.items()):
+            del owner.pending[tcid]
+            root.ownership.pop(tcid, None)
+            root.completed[tcid] = Tombstone(
+                completed_at=at,
+                outcome="stopped",
+                run_id=entry.run_id,
+                owner_session_id=session_id,
+                retention_ms=entry.completed_retention_ms,
+            )
+        end({session_id: owner})
+
+    await ctx.store.update([session_id, root_id], finish, conn=conn)
     await ctx.store.append_events(
         session_id,
         run_id,
         [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],
         conn,
     )
-    log_event("turn.summary", sessionId=session_id, runId=run_id, outcome=outcome, **summary)
+    return {"outcome": outcome, "summary": summary}

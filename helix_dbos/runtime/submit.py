@@ -32,12 +32,13 @@ from ..errors import (
     RunSupersededError,
 )
 from ..observability.log import log_event
-from ..store.store import PENDING_CLEAR_ATTEMPTS, NoChange, now_ms
+from ..store.store import NoChange, now_ms
 from . import names
 from .context import RuntimeContext
+from .entry import ACTIVE_STATUSES
 from .wake import send_in_transaction, send_to_turn, wake_local
 
-__all__ = ["MISSING", "Submission", "measure_result_bytes", "submit"]
+__all__ = ["MISSING", "Submission", "measure_result_bytes", "submit", "wake_answered"]
 
 
 class _Missing:
@@ -94,7 +95,11 @@ def _continuation(owner: SessionState, run_id: str) -> Continuation:
 
 
 def _check(sub: Submission, ctx: RuntimeContext) -> None:
-    """Shape and size checks that need no read (nothing is read or stored before them)."""
+    """Shape and size checks that need no read (nothing is read or stored before them).
+
+    A submitted ``error`` string and a denial's ``reason`` count against the result size limit
+    like a result does: each is stored, streamed and shown to the model.
+    """
     if sub.kind == "client-tool-result":
         if (sub.result is MISSING) == (sub.error is None):
             raise RequestValidationError(
@@ -106,7 +111,6 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
                 "The submit is not a valid client-tool answer or approval", cause="error_not_text"
             )
         if sub.error is None:
-            limit = ctx.settings.max_result_bytes
             try:
                 size = measure_result_bytes(sub.result)
             except (TypeError, ValueError):
@@ -115,19 +119,24 @@ def _check(sub: Submission, ctx: RuntimeContext) -> None:
                     "The submit is not a valid client-tool answer or approval",
                     cause="result_not_json",
                 ) from None
-            if size > limit:
-                log_event(
-                    "submit_tool_result.result_too_large",
-                    sessionId=sub.session_id,
-                    toolCallId=sub.tool_call_id,
-                    sizeBytes=size,
-                    limitBytes=limit,
-                )
-                raise PayloadTooLargeError("tool_result", limit, size)
+        else:
+            size = len(sub.error.encode("utf-8"))
     elif sub.approval_id is None or sub.approved is None:
         raise RequestValidationError(
             "The submit is not a valid client-tool answer or approval", cause="approval_fields"
         )
+    else:
+        size = len(sub.reason.encode("utf-8")) if sub.reason is not None else 0
+    limit = ctx.settings.max_result_bytes
+    if size > limit:
+        log_event(
+            "submit_tool_result.result_too_large",
+            sessionId=sub.session_id,
+            toolCallId=sub.tool_call_id,
+            sizeBytes=size,
+            limitBytes=limit,
+        )
+        raise PayloadTooLargeError("tool_result", limit, size)
 
 
 def _response(
@@ -261,40 +270,45 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
     )
 
-    def store_answer(states: dict[str, SessionState]) -> tuple[str, SessionState]:
+    def store_answer(states: dict[str, SessionState]) -> tuple[str, SessionState, int]:
+        # Pure: it may run again on a retried transaction. The stop of the call's run is read
+        # here, in the transaction that would store the answer: a stop clears the entry (and
+        # moves the session out of its active statuses) first, so nothing is stored after it.
         o = states[owner_id]
         e = o.pending.get(tcid)
-        if e is None:
-            raise NoChange(("gone", o))
+        if e is None or o.status not in ACTIVE_STATUSES:
+            raise NoChange(("gone", o, 0))
         if e.run_id != entry.run_id or (o.run_id is not None and o.run_id != e.run_id):
-            raise NoChange(("superseded", o))
+            raise NoChange(("superseded", o, 0))
         if e.submitted_at is not None:
-            raise NoChange(("duplicate", o))
+            raise NoChange(("duplicate", o, 0))
         at = now_ms()
         if e.lapsed_by(at):
-            raise NoChange(("lapsed", o))
+            raise NoChange(("lapsed", o, 0))
         e.submitted_at = at
         e.response = response
-        return "accepted", o
+        return "accepted", o, at
 
-    # The answer and its wake-up message commit together: no window where one exists without
-    # the other (a send that cannot be enlisted falls back to a send after the commit).
-    async with store.transaction() as conn:
-        _, (outcome, owner_after) = await store.update(
-            [owner_id], store_answer, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn
-        )
+    async def store_and_send(conn: Any) -> tuple[str, SessionState, int, str]:
+        # The answer and its wake-up message commit together: no window where one exists
+        # without the other. The message carries the answer's time, so the woken turn knows
+        # which answer to wait for (see ``steps.await_visible``).
+        _, (outcome, owner_after, at) = await store.update([owner_id], store_answer, conn=conn)
         sent = "skipped"
         if outcome == "accepted" and owner_after.workflow_id is not None:
             sent = await send_in_transaction(
                 ctx,
                 conn,
                 owner_after.workflow_id,
-                {"kind": "answer", "toolCallId": tcid},
+                _answer_message(tcid, at),
                 names.tool_result_topic(tcid),
                 names.submit_idempotency_key(entry.run_id, tcid),
                 sessionId=owner_after.session_id,
                 runId=entry.run_id,
             )
+        return outcome, owner_after, at, sent
+
+    outcome, owner_after, at, sent = await store.transact(store_and_send)
     if outcome == "gone":
         # Drained or cleared between our read and the write: read once more for the verdict.
         return await submit(ctx, sub, _again=False) if _again else _unknown(tcid)
@@ -329,8 +343,9 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
     )
     if sent == "sent" and owner_after.workflow_id is not None:
         wake_local(owner_after.workflow_id, names.tool_result_topic(tcid))
-    elif sent == "unavailable":
-        await _wake(ctx, owner_after, entry)
+    elif sent in ("unavailable", "failed"):
+        # The answer is stored; its wake-up could not ride in the transaction: send it now.
+        await wake_answered(ctx, owner_after, owner_after.pending[tcid])
     return SubmitAnswer(
         status="accepted", continuation=_continuation(owner_after, entry.run_id), tool_call_id=tcid
     )
@@ -338,7 +353,7 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
 
 async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> SubmitAnswer:
     """A re-send of a stored, not yet drained answer: never replace it; re-wake (idempotent)."""
-    await _wake(ctx, owner, entry)
+    await wake_answered(ctx, owner, entry)
     return SubmitAnswer(
         status="already_completed",
         continuation=_continuation(owner, entry.run_id),
@@ -346,15 +361,24 @@ async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCal
     )
 
 
-async def _wake(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> None:
-    """Send the wake-up; the same key always, so DBOS delivers it at most once."""
+def _answer_message(tool_call_id: str, submitted_at: int) -> dict[str, Any]:
+    """The wake-up of an answer (a recv message kind of the durable contract)."""
+    return {"kind": "answer", "toolCallId": tool_call_id, "submittedAt": submitted_at}
+
+
+async def wake_answered(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> None:
+    """Send a stored answer's wake-up; the same key always, so DBOS delivers it at most once.
+
+    A failure is logged, not raised: the answer is stored, and the turn reads it at its
+    deadline (or when the reconciler sends the wake-up again).
+    """
     if owner.workflow_id is None:
         return
     try:
         await send_to_turn(
             ctx,
             owner.workflow_id,
-            {"kind": "answer", "toolCallId": entry.tool_call_id},
+            _answer_message(entry.tool_call_id, entry.submitted_at or 0),
             names.tool_result_topic(entry.tool_call_id),
             names.submit_idempotency_key(entry.run_id, entry.tool_call_id),
         )

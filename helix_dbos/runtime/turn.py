@@ -12,6 +12,14 @@ Replay and crash behaviour, at each await:
 * child workflows (sub-agents) have deterministic ids, so a replay re-attaches to the child.
 
 The body holds no clock reads that change control flow, no I/O and no randomness.
+
+Fencing: every commit is guarded by the session's run and status (``store.guard``). When a
+step finds its run stopped (an interrupt, an abort) or superseded, it writes nothing and
+returns ``{"fenced": reason}``; the turn then ends at once with no further writes, and its
+workflow result says ``outcome: "stopped"``.
+
+Database faults inside the turn are waited out (``store.patience(None)``): the turn pauses
+until the database is back, it never fails because of one.
 """
 
 from __future__ import annotations
@@ -26,9 +34,13 @@ from ..core.agents import Agent
 from ..core.llm import LLMResponse
 from ..errors import HelixError
 from ..observability import tracing
+from ..observability.log import log_event
+from ..store.store import patience
 from . import names, steps
 from .context import current
 from .entry import start_child_session
+from .failure import internal_error, turn_error
+from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .resolve import resolve_call
 
@@ -40,7 +52,12 @@ async def run_turn(
     session_id: str, turn_id: str, agent_type: str, root_session_id: str
 ) -> dict[str, Any]:
     """Run one turn of ``session_id`` (its entry message is already committed)."""
-    return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
+    with patience(None):
+        return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
+
+
+class _Stopped(Exception):
+    """A step found the turn's run stopped or superseded: end now, writing nothing more."""
 
 
 class _Turn:
@@ -62,39 +79,47 @@ class _Turn:
 
     async def run(self) -> dict[str, Any]:
         try:
-            for step in range(self.agent.max_steps):
-                outcome = await self._step(step)
-                if outcome is not None:
-                    return outcome
-            return await self._finish(
-                "failed",
-                "",
-                {
-                    "code": "max_steps_exceeded",
-                    "message": f"The turn used all {self.agent.max_steps} model steps",
-                },
-            )
-        except HelixError as exc:
-            return await self._fail(exc)
-        except DBOSMaxStepRetriesExceeded as exc:
-            # A retryable provider error that kept failing: fail typed with the last one.
-            last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
-            return await self._fail(last or _internal(exc))
-        except Exception as exc:
-            # Anything else (an adapter bug, a tool-less crash): the turn ends failed and typed,
-            # so the session never stays "running" with no workflow behind it. DBOS's own
-            # cancellation is a BaseException and passes through.
-            return await self._fail(_internal(exc))
+            try:
+                for step in range(self.agent.max_steps):
+                    outcome = await self._step(step)
+                    if outcome is not None:
+                        return outcome
+                return await self._finish("failed", "", self._error(None, "max_steps_exceeded"))
+            except HelixError as exc:
+                return await self._fail(exc, exc)
+            except DBOSMaxStepRetriesExceeded as exc:
+                # A retryable provider error that kept failing: fail typed with the last one.
+                last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
+                return await self._fail(last or internal_error(), exc)
+            except _Stopped:
+                raise
+            except Exception as exc:
+                # Anything else (an adapter bug, a tool-less crash): the turn ends failed and
+                # typed, so the session never stays "running" with no workflow behind it.
+                # DBOS's own cancellation is a BaseException and passes through.
+                return await self._fail(internal_error(), exc)
+        except _Stopped:
+            return _outcome("stopped", "", None, None, self.run_id)
 
-    async def _fail(self, exc: HelixError) -> dict[str, Any]:
+    def _error(
+        self, exc: BaseException | None, code: str, retryable: bool = False
+    ) -> dict[str, Any]:
+        return turn_error(
+            exc,
+            code,
+            retryable=retryable,
+            session_id=self.session_id,
+            run_id=self.run_id,
+            scrubber=current().scrubber,  # type: ignore[arg-type]
+        )
+
+    async def _fail(self, exc: HelixError, cause: BaseException) -> dict[str, Any]:
         usage = exc.details.pop("modelUsage", None)
         if usage is not None:
             self.summary["steps"] += 1
             self.summary["inputTokens"] += usage.get("input_tokens", 0)
             self.summary["outputTokens"] += usage.get("output_tokens", 0)
-        return await self._finish(
-            "failed", "", {"code": exc.code, "message": exc.message, "retryable": exc.retryable}
-        )
+        return await self._finish("failed", "", self._error(cause, exc.code, exc.retryable))
 
     async def _step(self, step: int) -> dict[str, Any] | None:
         committed = await steps.model_step(
@@ -105,6 +130,7 @@ class _Turn:
             step,
             self.summary,
         )
+        _check_fence(committed)
         response = LLMResponse.model_validate(committed["response"])
         plan: list[dict[str, Any]] = committed["plan"]
         self.summary["steps"] += 1
@@ -131,14 +157,15 @@ class _Turn:
             elif item["kind"] == "subagent":
                 results[item["toolCallId"]] = {**_ids(item), **await self._run_child(item)}
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
+        woken: dict[str, int] = {}
         if suspending:
             self.summary["clientCalls"] += len(suspending)
-            await self._park(suspending, committed["deadlines"])
+            woken = await self._park(suspending, committed["deadlines"])
             if any(i["kind"] == "approval" for i in suspending):
                 # An approved call's tool runs before the results commit: read the answers
                 # first. Without approvals, the commit itself resolves them (one step fewer).
                 collected = await steps.collect_answers(
-                    self.session_id, self.run_id, [i["toolCallId"] for i in suspending]
+                    self.session_id, self.run_id, [i["toolCallId"] for i in suspending], woken
                 )
                 for item in suspending:
                     results[item["toolCallId"]] = await self._resolve(
@@ -146,9 +173,11 @@ class _Turn:
                     )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
         settled = await steps.commit_results(
-            self.session_id, self.root_session_id, self.run_id, next_run, plan, results
+            self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken
         )
+        _check_fence(settled)
         ordered: list[dict[str, Any]] = settled["results"]
+        steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += sum(r.get("waitMs", 0) for r in ordered)
         self.run_id = next_run
         for item, result in zip(plan, ordered, strict=True):
@@ -157,11 +186,19 @@ class _Turn:
                 return await self._finish("completed", "", None, output=result.get("result"))
         return None
 
-    async def _park(self, suspending: list[dict[str, Any]], deadlines: dict[str, int]) -> None:
-        """Wait until every call has an answer or its deadline has lapsed (or a new message)."""
+    async def _park(
+        self, suspending: list[dict[str, Any]], deadlines: dict[str, int]
+    ) -> dict[str, int]:
+        """Wait until every call has an answer or its deadline has lapsed (or a new message,
+        or a stop).
+
+        Returns the calls woken with an answer, each with the answer's time: the commit waits
+        until those answers are visible to it.
+        """
         ctx = current()
         workflow_id = DBOS.workflow_id or ""
         ctx.parked.add(workflow_id)
+        woken: dict[str, int] = {}
         try:
             for item in suspending:
                 # The clock only sizes the wait; DBOS records the absolute wake time.
@@ -179,10 +216,14 @@ class _Turn:
                         timeout_seconds=max(0.0, remaining),
                     )
                     span.set_outcome(tracing.wait_outcome(message))
-                if isinstance(message, dict) and message.get("kind") == "abandon":
+                kind = message.get("kind") if isinstance(message, dict) else None
+                if kind == "answer":
+                    woken[item["toolCallId"]] = int(message.get("submittedAt") or 0)
+                elif kind in ("abandon", "stop"):
                     break
         finally:
             ctx.parked.discard(workflow_id)
+        return woken
 
     async def _resolve(
         self, item: dict[str, Any], entry: dict[str, Any] | None, abandon: bool
@@ -199,14 +240,16 @@ class _Turn:
         child_agent = item["subagent"]
         child_session = names.child_session_id(self.session_id, item["toolCallId"])
         child_turn = f"run_{item['toolCallId']}"
-        await start_child_session(
+        started = await start_child_session(
             child_session,
             child_turn,
             child_agent,
             self.root_session_id,
             self.session_id,
+            self.run_id,
             str(item["input"].get("message", "")),
         )
+        _check_fence(started)
         with SetWorkflowID(names.turn_workflow_id(child_session, child_turn)):
             handle = await DBOS.start_workflow_async(
                 run_turn, child_session, child_turn, child_agent, self.root_session_id
@@ -237,8 +280,24 @@ class _Turn:
     async def _finish(
         self, outcome: str, text: str, error: dict[str, Any] | None, output: Any = None
     ) -> dict[str, Any]:
-        await steps.finish_turn(self.session_id, self.run_id, outcome, text, error, self.summary)
+        finished = await steps.finish_turn(
+            self.session_id, self.run_id, outcome, text, error, self.summary, self.root_session_id
+        )
+        _check_fence(finished)
+        log_event(
+            "turn.summary",
+            sessionId=self.session_id,
+            runId=self.run_id,
+            outcome=outcome,
+            **self.summary,
+        )
         return _outcome(outcome, text, output, error, self.run_id)
+
+
+def _check_fence(committed: dict[str, Any]) -> None:
+    """End the turn when a step found its run stopped or superseded."""
+    if FENCED in committed:
+        raise _Stopped(committed[FENCED])
 
 
 def _outcome(
@@ -246,12 +305,6 @@ def _outcome(
 ) -> dict[str, Any]:
     """The workflow's result (a sub-agent's parent reads it as the tool result)."""
     return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
-
-
-def _internal(exc: BaseException) -> HelixError:
-    err = HelixError(f"{type(exc).__name__}: {exc}")
-    err.code = "framework_internal_error"
-    return err
 
 
 def _ids(item: dict[str, Any]) -> dict[str, Any]:

@@ -4,18 +4,29 @@ Each method takes an optional ``conn``. Without it the method runs in its own tr
 it the method joins the caller's transaction, which is how the runtime commits session writes
 in the same transaction as a DBOS step checkpoint.
 
-Updates to a session row are compare-and-swap on its ``version`` with bounded retries; a lost
-race past the budget is a typed ``StaleStateError``, never a silent overwrite.
+Every transition of a session row is a compare-and-swap on its ``version``, guarded by what
+the writer expects of the row (its run and status), in the same transaction as its effects.
+``transact`` runs such a transaction and retries the WHOLE of it: on a lost race (a
+``StaleStateError``), and on a transient database fault (a dropped connection, an admin
+shutdown, a serialization failure) with backoff until the database is back or the caller's
+patience runs out (then ``StoreUnavailableError``). A guard that fails (``Fenced``) rolls the
+transaction back: nothing is written.
+
+Inside ``transact`` (and inside a step's commit, see ``runtime/once.py``) the transaction is
+bound to the running task: a store method called there without ``conn`` joins it, so a write
+can never silently land outside the step's transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -29,17 +40,28 @@ from ..config import parse_database_url
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
-from ..errors import SessionNotFoundError, StaleStateError, StateSizeExceededError
+from ..errors import (
+    SessionNotFoundError,
+    StaleStateError,
+    StateSizeExceededError,
+    StoreUnavailableError,
+)
 from ..observability.log import log_event
+from .faults import is_transient
 from .schema import checkpoints, events, messages, states, usage
 
 __all__ = [
     "OWNERSHIP_ATTEMPTS",
     "PENDING_CLEAR_ATTEMPTS",
+    "REQUEST_PATIENCE_SECONDS",
+    "Fenced",
     "NoChange",
+    "RetryTransaction",
     "SessionStore",
     "UsageRow",
+    "guard",
     "now_ms",
+    "patience",
 ]
 
 T = TypeVar("T")
@@ -53,12 +75,80 @@ UsageRow = dict[str, Any]
 """``{kind, source_type, source_name, value | data, session_id, run_id, timestamp, dedupe_key}``."""
 
 
+#: How long a request (an HTTP call, a CLI command) waits out a database fault before it
+#: answers ``store_unavailable``. Durable code (turns, the reconciler) waits for ever.
+REQUEST_PATIENCE_SECONDS = 3.0
+
+_patience: ContextVar[float | None] = ContextVar("helix_store_patience", default=None)
+_patience_set: ContextVar[bool] = ContextVar("helix_store_patience_set", default=False)
+_bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", default=None)
+
+
 class NoChange(Exception):  # a control-flow signal, not an error
     """Raised by an ``update`` mutation to return ``value`` without writing anything."""
 
     def __init__(self, value: Any) -> None:
         super().__init__("no change")
         self.value = value
+
+
+class Fenced(Exception):  # a control-flow signal, not an error
+    """A transition's guard failed: the row's run or status is not what the writer expected.
+
+    Raised inside a transaction, it rolls the whole transaction back, so a stopped or
+    superseded run's step writes nothing.
+    """
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"{session_id}: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class RetryTransaction(Exception):  # a control-flow signal, not an error
+    """Raised inside ``transact`` to roll back and run the transaction again after ``delay``.
+
+    For a reader that knows a commit it depends on is on its way (a turn woken with an answer
+    that its transaction cannot see yet).
+    """
+
+    def __init__(self, reason: str, delay: float = 0.02) -> None:
+        super().__init__(reason)
+        self.delay = delay
+
+
+def guard(state: SessionState, run_id: str | None, statuses: Iterable[str]) -> None:
+    """The fence of a transition: the row must still be on ``run_id`` in one of ``statuses``.
+
+    Raises:
+        Fenced: the run was superseded (another run id) or stopped/ended (another status).
+    """
+    if state.run_id != run_id:
+        raise Fenced(state.session_id, "superseded")
+    if state.status not in statuses:
+        raise Fenced(state.session_id, "stopped" if state.status != "idle" else "idle")
+
+
+@contextmanager
+def patience(seconds: float | None) -> Iterator[None]:
+    """Within this block, store calls wait out database faults for ``seconds`` (``None``: for
+    ever) before raising ``StoreUnavailableError``. Durable code waits for ever; requests use
+    ``REQUEST_PATIENCE_SECONDS`` (the default outside any block)."""
+    token = _patience.set(seconds)
+    flag = _patience_set.set(True)
+    try:
+        yield
+    finally:
+        _patience.reset(token)
+        _patience_set.reset(flag)
+
+
+def _current_patience() -> float | None:
+    return _patience.get() if _patience_set.get() else REQUEST_PATIENCE_SECONDS
+
+
+def _backoff(attempt: int) -> float:
+    return min(2.0, 0.05 * float(2 ** min(attempt, 6))) * random.uniform(0.5, 1.0)
 
 
 def now_ms() -> int:
@@ -141,6 +231,65 @@ def _state_values(state: SessionState) -> dict[str, Any]:
     }
 
 
+async def _retrying(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = PENDING_CLEAR_ATTEMPTS,
+    retry_event: str | None = None,
+    failed_event: str | None = None,
+    log_fields: dict[str, Any] | None = None,
+) -> T:
+    """Run ``attempt`` until it succeeds: again on a lost race (up to ``attempts``), on a
+    ``RetryTransaction``, and on a transient database fault while the patience lasts."""
+    fields = log_fields or {}
+    loop = asyncio.get_running_loop()
+    wait = _current_patience()
+    give_up = None if wait is None else loop.time() + wait
+    races = faults = 0
+    while True:
+        try:
+            return await attempt()
+        except StaleStateError as exc:
+            races += 1
+            if races >= attempts:
+                if failed_event:
+                    log_event(failed_event, **fields, attempts=attempts, error=exc.message)
+                raise StaleStateError(
+                    f"Gave up after {attempts} compare-and-swap attempts",
+                    **{**exc.details, **fields, "attempts": attempts},
+                ) from exc
+            if retry_event:
+                log_event(retry_event, **fields, attempt=races)
+            await asyncio.sleep(random.uniform(0.001, 0.005) * races)
+        except RetryTransaction as again:
+            await asyncio.sleep(again.delay)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            faults += 1
+            if give_up is not None and loop.time() >= give_up:
+                raise StoreUnavailableError() from exc
+            if faults == 1:
+                log_event("store.retrying", **fields, error=type(exc).__name__)
+            await asyncio.sleep(_backoff(faults))
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _read_retried(fn: F) -> F:
+    """Make a read method wait out transient faults (unless it joins a transaction, whose
+    ``transact`` retries as a whole)."""
+
+    @functools.wraps(fn)
+    async def run(self: SessionStore, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("conn") is not None or _bound.get() is not None:
+            return await fn(self, *args, **kwargs)
+        return await _retrying(lambda: fn(self, *args, **kwargs))
+
+    return run  # type: ignore[return-value]
+
+
 class SessionStore:
     """Sessions, messages, events, usage and checkpoints over one SQLAlchemy async engine.
 
@@ -169,8 +318,10 @@ class SessionStore:
                 urls.async_,
                 pool_size=pool_size,
                 max_overflow=pool_size,
-                # No pre-ping round trip on every checkout (it doubled a read's latency); a
-                # dropped connection is invalidated on its first error, and old ones recycled.
+                # No pre-ping round trip on every checkout (it doubled a read's latency). A
+                # dropped connection fails its first statement; SQLAlchemy then invalidates the
+                # whole pool (every connection older than the fault) and ``transact`` retries
+                # on a fresh connection, so a process idle through an outage recovers at once.
                 pool_recycle=1800,
             )
         return cls(engine, max_state_bytes=max_state_bytes)
@@ -181,7 +332,9 @@ class SessionStore:
 
     @asynccontextmanager
     async def _read(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
-        """Join ``conn``, or read on an autocommit connection (no BEGIN/COMMIT round trips)."""
+        """Join ``conn`` (or the bound transaction), or read on an autocommit connection (no
+        BEGIN/COMMIT round trips)."""
+        conn = conn if conn is not None else _bound.get()
         if conn is not None:
             yield conn
             return
@@ -193,12 +346,64 @@ class SessionStore:
     async def transaction(
         self, conn: AsyncConnection | None = None
     ) -> AsyncIterator[AsyncConnection]:
-        """Join ``conn``'s transaction, or open (and commit) a new one."""
+        """Join ``conn``'s transaction (or the bound one), or open (and commit) a new one.
+
+        A new transaction here is NOT retried; use ``transact`` for anything that must survive
+        a lost race or a database fault.
+        """
+        conn = conn if conn is not None else _bound.get()
         if conn is not None:
             yield conn
             return
         async with self.engine.begin() as new_conn:
             yield new_conn
+
+    @staticmethod
+    def bound() -> AsyncConnection | None:
+        """The transaction bound to the running task by ``transact``, if any."""
+        return _bound.get()
+
+    async def transact(
+        self,
+        body: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        attempts: int = PENDING_CLEAR_ATTEMPTS,
+        retry_event: str | None = None,
+        failed_event: str | None = None,
+        log_fields: dict[str, Any] | None = None,
+    ) -> T:
+        """Run ``body`` in one transaction, bound to the task, and commit it.
+
+        The whole transaction is retried: up to ``attempts`` times on a lost compare-and-swap
+        race (jittered backoff), and on a transient database fault with backoff until the
+        database is back or the caller's ``patience`` is spent. ``body`` must therefore be
+        safe to run several times: it may only write through the connection it is given.
+        Inside an enclosing ``transact`` it simply joins (the outer one retries).
+
+        Raises:
+            StaleStateError: every attempt lost its race (logged as ``failed_event``).
+            StoreUnavailableError: the database stayed unreachable past the patience.
+            Fenced: a guard failed; nothing was written.
+        """
+        outer = _bound.get()
+        if outer is not None:
+            return await body(outer)
+
+        async def once() -> T:
+            async with self.engine.begin() as conn:
+                token = _bound.set(conn)
+                try:
+                    return await body(conn)
+                finally:
+                    _bound.reset(token)
+
+        return await _retrying(
+            once,
+            attempts=attempts,
+            retry_event=retry_event,
+            failed_event=failed_event,
+            log_fields=log_fields,
+        )
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -220,6 +425,7 @@ class SessionStore:
             )
         return state.model_copy(update={"version": 0})
 
+    @_read_retried
     async def load(
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> SessionState | None:
@@ -241,6 +447,7 @@ class SessionStore:
             raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
         return state
 
+    @_read_retried
     async def load_many(
         self, session_ids: Iterable[str], conn: AsyncConnection | None = None
     ) -> dict[str, SessionState]:
@@ -283,64 +490,63 @@ class SessionStore:
         """Read-modify-write one or more session rows atomically, compare-and-swap on versions.
 
         ``mutate`` gets the current states by id (it may change them in place) and returns a
-        value; it raises ``NoChange(value)`` to return without writing. When another writer wins a race, the whole read-mutate-write is retried up to
-        ``attempts`` times with jittered backoff.
+        value; it raises ``NoChange(value)`` to return without writing, or ``Fenced`` to roll
+        the whole transaction back. ``mutate`` must be PURE: it may run several times (each
+        retry reads the rows again), so it reports through its return value, never through
+        outside state.
+
+        Inside a transaction (``conn`` given, or one bound by ``transact``) this is one
+        attempt, and a lost race raises ``StaleStateError`` for the enclosing ``transact`` to
+        retry as a whole. On its own it runs in ``transact`` with ``attempts``.
 
         Raises:
             SessionNotFoundError: a session does not exist.
             StaleStateError: the retries were exhausted (logged as ``failed_event``).
         """
         ids = list(dict.fromkeys(session_ids))
-        for attempt in range(1, attempts + 1):
-            try:
-                async with self._nested(conn) as c:
-                    current = await self.load_many(ids, c)
-                    missing = [i for i in ids if i not in current]
-                    if missing:
-                        raise SessionNotFoundError(
-                            f"No session {missing[0]!r}", sessionId=missing[0]
-                        )
-                    before = {i: s.version for i, s in current.items()}
-                    try:
-                        value = mutate(current)
-                    except NoChange as unchanged:
-                        return current, unchanged.value
-                    saved: dict[str, SessionState] = {}
-                    for sid in ids:
-                        state = current[sid]
-                        state.version = before[sid]
-                        saved[sid] = await self.save(state, c)
-                    return saved, value
-            except StaleStateError as exc:
-                if attempt == attempts:
-                    if failed_event:
-                        log_event(failed_event, sessionIds=ids, attempts=attempts, error=str(exc))
-                    raise StaleStateError(
-                        f"Gave up after {attempts} compare-and-swap attempts on {ids}",
-                        sessionIds=ids,
-                        attempts=attempts,
-                    ) from exc
-                if retry_event:
-                    log_event(retry_event, sessionIds=ids, attempt=attempt)
-                await asyncio.sleep(random.uniform(0.001, 0.005) * attempt)
-        raise AssertionError("unreachable")
+        joined = conn if conn is not None else _bound.get()
+        if joined is not None:
+            return await self._update_once(ids, mutate, joined)
+        return await self.transact(
+            lambda c: self._update_once(ids, mutate, c),
+            attempts=attempts,
+            retry_event=retry_event,
+            failed_event=failed_event,
+            log_fields={"sessionIds": ids},
+        )
 
-    @asynccontextmanager
-    async def _nested(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
-        # Inside a caller's transaction a failed attempt rolls back to a savepoint only.
-        if conn is None:
-            async with self.engine.begin() as c:
-                yield c
-        else:
-            async with conn.begin_nested():
-                if self.dialect == "sqlite":
-                    # A SAVEPOINT opens a deferred SQLite transaction; a read then a write in it
-                    # fails at once ("database is locked") when another writer got in between.
-                    # Take the write lock first (an empty UPDATE), waiting out busy writers.
-                    await conn.execute(
-                        states.update().where(sa.false()).values(version=states.c.version)
-                    )
-                yield conn
+    async def _update_once(
+        self,
+        ids: list[str],
+        mutate: Callable[[dict[str, SessionState]], T],
+        conn: AsyncConnection,
+    ) -> tuple[dict[str, SessionState], T]:
+        current = await self._load_for_update(ids, conn)
+        missing = [i for i in ids if i not in current]
+        if missing:
+            raise SessionNotFoundError(f"No session {missing[0]!r}", sessionId=missing[0])
+        before = {i: s.version for i, s in current.items()}
+        try:
+            value = mutate(current)
+        except NoChange as unchanged:
+            return current, unchanged.value
+        saved: dict[str, SessionState] = {}
+        for sid in ids:
+            state = current[sid]
+            state.version = before[sid]
+            saved[sid] = await self.save(state, conn)
+        return saved, value
+
+    async def _load_for_update(
+        self, ids: list[str], conn: AsyncConnection
+    ) -> dict[str, SessionState]:
+        """The rows, locked for this transaction on Postgres (in id order: no deadlock), so
+        concurrent writers queue instead of losing their compare-and-swap."""
+        query = states.select().where(states.c.session_id.in_(ids))
+        if self.dialect == "postgresql":
+            query = query.order_by(states.c.session_id).with_for_update()
+        rows = (await conn.execute(query)).all()
+        return {s.session_id: s for s in map(_state_from_row, rows)}
 
     def _check_size(self, state: SessionState) -> None:
         if self.max_state_bytes is None:
@@ -355,6 +561,7 @@ class SessionStore:
                 sizeBytes=size,
             )
 
+    @_read_retried
     async def list_sessions(
         self,
         *,
@@ -372,6 +579,31 @@ class SessionStore:
         async with self._read(conn) as c:
             return [_state_from_row(r) for r in (await c.execute(query)).all()]
 
+    @_read_retried
+    async def settled_before(
+        self,
+        cutoff: datetime,
+        *,
+        active: bool,
+        workflow_ids: Sequence[str] | None = None,
+        limit: int = 500,
+        conn: AsyncConnection | None = None,
+    ) -> list[SessionState]:
+        """Sessions last written before ``cutoff``: the active ones (``active``), or the ended
+        ones whose workflow is among ``workflow_ids`` (what the reconciler inspects)."""
+        active_statuses = ["running", "suspended_client_tool"]
+        query = states.select().where(states.c.updated_at < cutoff)
+        if active:
+            query = query.where(states.c.status.in_(active_statuses))
+        else:
+            query = query.where(states.c.status.not_in(active_statuses))
+        if workflow_ids is not None:
+            query = query.where(states.c.workflow_id.in_(list(workflow_ids)))
+        query = query.order_by(states.c.updated_at).limit(limit)
+        async with self._read(conn) as c:
+            return [_state_from_row(r) for r in (await c.execute(query)).all()]
+
+    @_read_retried
     async def descendants(
         self, root_session_id: str, conn: AsyncConnection | None = None
     ) -> list[SessionState]:
@@ -418,6 +650,7 @@ class SessionStore:
                 ],
             )
 
+    @_read_retried
     async def load_messages(
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> list[Message]:
@@ -475,6 +708,7 @@ class SessionStore:
             )
         return int(last)
 
+    @_read_retried
     async def read_events(
         self,
         session_id: str,
@@ -547,9 +781,10 @@ class SessionStore:
         state: dict[str, Any],
         message_count: int | None = None,
         checkpoint_id: str | None = None,
+        created_at: datetime | None = None,
         conn: AsyncConnection | None = None,
     ) -> str:
-        """Write a checkpoint and point the session at it (the most recently written one).
+        """Write a checkpoint and point the session at it, unless it points at a newer one.
 
         ``message_count`` defaults to the session's messages as the transaction sees them. A
         given ``checkpoint_id`` that exists already fails with ``IntegrityError`` (the
@@ -564,6 +799,7 @@ class SessionStore:
                 .where(messages.c.session_id == session_id)
                 .scalar_subquery()
             )
+        created_at = created_at or _now()
         async with self.transaction(conn) as c:
             await c.execute(
                 checkpoints.insert().values(
@@ -573,16 +809,28 @@ class SessionStore:
                     step_count=step_count,
                     message_count=count,
                     state=state,
-                    created_at=_now(),
+                    created_at=created_at,
                 )
+            )
+            # The pointer only moves forward: a writer holding an older checkpoint (a slow
+            # re-execution, a stale replica of the step) never moves it back.
+            pointed = checkpoints.alias("pointed")
+            newer_exists = (
+                sa.select(pointed.c.checkpoint_id)
+                .where(
+                    pointed.c.checkpoint_id == states.c.latest_checkpoint_id,
+                    pointed.c.created_at > created_at,
+                )
+                .exists()
             )
             await c.execute(
                 states.update()
-                .where(states.c.session_id == session_id)
+                .where(states.c.session_id == session_id, ~newer_exists)
                 .values(latest_checkpoint_id=checkpoint_id)
             )
         return checkpoint_id
 
+    @_read_retried
     async def get_checkpoint(
         self, checkpoint_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:
@@ -595,6 +843,7 @@ class SessionStore:
             ).first()
         return dict(row._mapping) if row is not None else None
 
+    @_read_retried
     async def latest_checkpoint(
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:

@@ -85,16 +85,24 @@ async def test_every_runbook_statement_on_real_turns(
     runtime = await launch(timeout=TIMEOUT, fast_timeout=FAST)
 
     # A session whose answered call could not be settled: the drain's clear loses every
-    # compare-and-swap attempt, the turn fails, the entry stays stranded.
+    # compare-and-swap attempt and the turn fails. The failure clears the entry; a release
+    # before 0.2 left it stranded, which the runbook's statements find and clear: put it back
+    # as that release left it.
     flaky = FlakySaves(monkeypatch)
     stranded = await runtime.start("ops", "pick_color")
     (stranded_call,) = await runtime.wait_for_pending(stranded.session_id)
     await runtime.submit_tool_result(
         stranded.session_id, stranded_call["toolCallId"], result={"color": "red"}
     )
+    answered = await runtime.session(stranded.session_id)
     flaky.arm(5)
     assert (await runtime.wait(stranded.session_id))["status"] == "failed"
     assert flaky.raised == 5
+    failed = await runtime.session(stranded.session_id)
+    assert failed.pending == {} and failed.ownership == {}
+    failed.pending, failed.ownership = answered.pending, answered.ownership
+    failed.completed = {}
+    await runtime.store.save(failed)
 
     data = await populate(runtime, timeout=TIMEOUT, fast_timeout=FAST)
     # Still parked while the statements run: one on its own, one in a sub-agent.
