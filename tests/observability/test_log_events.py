@@ -6,7 +6,6 @@ emitted: their level, their fields, and the ``service`` tag when one is set.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
