@@ -384,3 +384,27 @@ def test_a_real_process_reads_the_url_from_the_environment_and_exits_2(empty_pg:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("helix-dbos sessions: ") and "Traceback" not in done.stderr
     assert "helix-dbos migrate" in done.stderr
+
+
+# -- heal ----------------------------------------------------------------------------------
+
+
+async def test_heal_repairs_a_cancelled_turn_once_from_another_process(
+    runtime: AgentRuntime, pg_url: str, parked: dict[str, Any]
+) -> None:
+    """A parked turn's workflow cancelled behind the runtime's back: ``helix-dbos heal`` ends
+    the session ``interrupted`` (one line per repair, or JSON), and a second run finds nothing."""
+    from dbos import DBOS
+
+    sid = parked["solo"].session_id
+    await DBOS.cancel_workflow_async((await runtime.session(sid)).workflow_id or "")
+    first = await asyncio.to_thread(cli_process, "heal", "--grace", "0", "--json", url=pg_url)
+    assert first.returncode == 0, first.stderr
+    repairs = json.loads(first.stdout)
+    assert [(r["sessionId"], r["action"], r["workflowStatus"]) for r in repairs] == [
+        (sid, "ended_cancelled", "CANCELLED")
+    ]
+    assert (await runtime.session(sid)).status == "interrupted"
+    again = await asyncio.to_thread(cli_process, "heal", "--grace", "0", url=pg_url)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "nothing to repair"
