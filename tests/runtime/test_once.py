@@ -6,7 +6,7 @@ import asyncio
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime.once import commit_once, step_connection
+from helix_dbos.runtime.once import commit_once, exactly_once, step_connection
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -41,3 +41,79 @@ async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
     assert contents.count("write 1") == 1 and len(contents) == 2
     state = await store.get("s")
     assert state.latest_checkpoint_id == "wf:2:test"
+
+
+async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The record is read first: a second execution of a committed sub-agent start returns the
+    recorded result, where running the body again would raise ``state_already_running``
+    (the child session it created is running)."""
+    from helix_dbos.runtime.entry import open_turn
+
+    runtime = await make_runtime([editor_agent()])
+    store = runtime.store
+    await store.create_session(
+        SessionState(session_id="p", agent_type="editor", root_session_id="p", status="running")
+    )
+
+    async def start_child() -> dict[str, str]:
+        await open_turn(
+            store,
+            await step_connection(),
+            session_id="p.call_1",
+            agent_type="editor",
+            turn_id="run_call_1",
+            message="hi",
+            root_session_id="p",
+            parent_session_id="p",
+        )
+        return {"sessionId": "p.call_1"}
+
+    first = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
+    again = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
+    assert first == again == {"sessionId": "p.call_1"}
+    assert [m.content for m in await store.load_messages("p.call_1")] == ["hi"]
+
+
+async def test_store_writes_in_a_step_join_its_transaction(make_runtime: MakeRuntime) -> None:
+    """A write made without passing the step's connection still lands in the step's
+    transaction: when the commit is rolled back, so is that write."""
+    runtime = await make_runtime([editor_agent()])
+    store = runtime.store
+    await store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s")
+    )
+
+    async def body() -> dict[str, int]:
+        await store.append_messages("s", "r", [Message(role="user", content="inside")])
+        raise RuntimeError("the step fails after its write")
+
+    try:
+        await commit_once("wf:4:test", "s", "r", 0, body)
+    except RuntimeError:
+        pass
+    assert await store.load_messages("s") == []
+    assert await store.get_checkpoint("wf:4:test") is None
+
+
+async def test_an_exactly_once_step_files_keyword_calls_like_positional_ones(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Its session and run are bound by name, so a call with keywords commits (and files its
+    checkpoint under the same session) like a positional call."""
+    runtime = await make_runtime([editor_agent()])
+    await runtime.store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s")
+    )
+    result = await _keyword_step(run_id="r1", session_id="s", value=7)
+    assert result == {"value": 7}
+    [checkpoint] = [
+        c for c in [await runtime.store.latest_checkpoint("s")] if c is not None
+    ]
+    assert (checkpoint["session_id"], checkpoint["run_id"]) == ("s", "r1")
+
+
+@exactly_once("helix.test.keyword_step", "keyword")
+async def _keyword_step(session_id: str, run_id: str, value: int) -> dict[str, int]:
+    return {"value": value}
