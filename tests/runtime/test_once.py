@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.runtime.once import commit_once, exactly_once, step_connection
@@ -89,10 +91,8 @@ async def test_store_writes_in_a_step_join_its_transaction(make_runtime: MakeRun
         await store.append_messages("s", "r", [Message(role="user", content="inside")])
         raise RuntimeError("the step fails after its write")
 
-    try:
+    with pytest.raises(RuntimeError):
         await commit_once("wf:4:test", "s", "r", 0, body)
-    except RuntimeError:
-        pass
     assert await store.load_messages("s") == []
     assert await store.get_checkpoint("wf:4:test") is None
 
@@ -108,9 +108,7 @@ async def test_an_exactly_once_step_files_keyword_calls_like_positional_ones(
     )
     result = await _keyword_step(run_id="r1", session_id="s", value=7)
     assert result == {"value": 7}
-    [checkpoint] = [
-        c for c in [await runtime.store.latest_checkpoint("s")] if c is not None
-    ]
+    [checkpoint] = [c for c in [await runtime.store.latest_checkpoint("s")] if c is not None]
     assert (checkpoint["session_id"], checkpoint["run_id"]) == ("s", "r1")
 
 
