@@ -18,6 +18,7 @@ EventType = Literal[
     "suspended",
     "turn_end",
     "user_message",
+    "rewound",
 ]
 
 

@@ -96,8 +96,9 @@ class _Turn:
             "failed", "", {"code": exc.code, "message": exc.message, "retryable": exc.retryable}
         )
 
-    async def _step(self, step: int) -> dict[str, Any] | None:
-        committed = await steps.model_step(
+    async def _model(self, step: int) -> dict[str, Any]:
+        """The step's committed model answer (a subclass may start from a restored one)."""
+        return await steps.model_step(
             self.session_id,
             self.root_session_id,
             self.run_id,
@@ -105,6 +106,9 @@ class _Turn:
             step,
             self.summary,
         )
+
+    async def _step(self, step: int) -> dict[str, Any] | None:
+        committed = await self._model(step)
         response = LLMResponse.model_validate(committed["response"])
         plan: list[dict[str, Any]] = committed["plan"]
         self.summary["steps"] += 1
