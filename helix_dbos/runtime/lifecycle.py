@@ -52,7 +52,7 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
-from ..store.store import PENDING_CLEAR_ATTEMPTS
+from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names
 from .context import current
 from .entry import ACTIVE_STATUSES, unpaired_tool_calls
@@ -464,7 +464,7 @@ async def start_lifecycle(
     return workflow_id, handle
 
 
-async def checkpoints_of(session_id: str) -> list[dict[str, Any]]:
+async def checkpoints_of(store: SessionStore, session_id: str) -> list[dict[str, Any]]:
     """The session's checkpoints, newest first: ``{checkpointId, runId, step, createdAt,
     messageCount, kind}``. ``messageCount`` and ``step`` (model answers) describe the
     conversation a rewind to it restores.
@@ -472,7 +472,6 @@ async def checkpoints_of(session_id: str) -> list[dict[str, Any]]:
     Raises:
         SessionNotFoundError: no such session.
     """
-    store = current().store
     await store.get(session_id)
     async with store.engine.connect() as conn:
         rows = await load_rows(conn, session_id)
@@ -491,3 +490,19 @@ async def checkpoints_of(session_id: str) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+async def require_checkpoint(session_id: str, checkpoint_id: str) -> None:
+    """Refuse an unknown checkpoint before anything is stopped or written.
+
+    Raises:
+        SessionNotFoundError: the session has no such checkpoint.
+    """
+    async with current().store.engine.connect() as conn:
+        if not await list_checkpoints(conn, session_id, checkpoint_id):
+            raise SessionNotFoundError(
+                f"Session {session_id!r} has no checkpoint {checkpoint_id!r}",
+                sessionId=session_id,
+                checkpointId=checkpoint_id,
+                cause="checkpoint",
+            )

@@ -307,6 +307,7 @@ class AgentRuntime:
             RequestValidationError: the checkpoint's batch calls sub-agents.
         """
         state = await self.store.get(session_id)
+        await lifecycle.require_checkpoint(session_id, checkpoint_id)
         if state.status == "suspended_client_tool":
             await self.interrupt(session_id)
             state = await self.store.get(session_id)
@@ -332,7 +333,7 @@ class AgentRuntime:
     async def checkpoints(self, session_id: str) -> list[dict[str, Any]]:
         """The session's checkpoints, newest first: ``{checkpointId, runId, step, createdAt,
         messageCount, kind}``; any one is a point ``rewind`` and ``retry`` can go back to."""
-        return await lifecycle.checkpoints_of(session_id)
+        return await lifecycle.checkpoints_of(self.store, session_id)
 
     async def submit_tool_result(
         self,

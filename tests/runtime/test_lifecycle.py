@@ -309,3 +309,29 @@ async def test_rewind_refusals(make_runtime: Any) -> None:
 
 def _unused(_: Message, __: PendingCall) -> None:  # keep the imports honest for readers
     return None
+
+
+async def test_cli_checkpoints(make_runtime: Any, db_url: str) -> None:
+    """``helix-dbos checkpoints SESSION [--json]`` shows what ``checkpoints`` returns."""
+    import asyncio
+    import contextlib
+    import io
+    import json
+
+    from helix_dbos.cli import main
+
+    rt = await make_runtime([lifecycle_agent()])
+    handle = await rt.start("lc", "hello")
+    await rt.wait(handle.session_id)
+    expected = await rt.checkpoints(handle.session_id)
+
+    def run(*extra: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["checkpoints", handle.session_id, "--database-url", db_url, *extra])
+        assert code == 0
+        return out.getvalue()
+
+    assert json.loads(await asyncio.to_thread(run, "--json")) == expected
+    table = await asyncio.to_thread(run)
+    assert expected[0]["checkpointId"] in table.splitlines()[1]
