@@ -3,8 +3,8 @@
 A user message "N edits" calls the client tool ``edit`` N times in one step; tool results get
 ``results: ...``; any other message gets ``echo: <text>``. A message containing ``fail`` makes
 the model fail (non-retryable) while ``FAILING`` holds it (after the server tool ``lookup``
-ran, for a message with ``lookup``); a message containing ``hang`` makes
-the model wait forever while ``HANGING`` holds it (a crash test kills the process there).
+ran, for a message with ``lookup``); a conversation with a user message containing
+``hang`` makes the model wait forever while ``HANGING`` holds it (a crash test kills the process there).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class LifecycleLLM(ScriptedLLM):
         self.hung = asyncio.Event()
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
-        last = request.messages[-1]
-        if HANGING["on"] and last.role == "user" and "hang" in last.content:
+        said = [m.content for m in request.messages if m.role == "user"]
+        if HANGING["on"] and any("hang" in text for text in said):
             self.hung.set()
             await asyncio.Event().wait()
         return await super().complete(request, on_text)
