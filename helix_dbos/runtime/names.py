@@ -10,11 +10,8 @@ import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
-    "INBOX_TOPIC",
     "LIFECYCLE_APPLY_STEP",
     "LIFECYCLE_WORKFLOW",
-    "PERSISTENT_CLAIM_STEP",
-    "PERSISTENT_WORKFLOW",
     "COMMIT_RESULTS_STEP",
     "FINISH_STEP",
     "MODEL_STEP",
@@ -24,9 +21,7 @@ __all__ = [
     "approval_id",
     "child_session_id",
     "control_idempotency_key",
-    "inbox_idempotency_key",
     "next_run_id",
-    "persistent_workflow_id",
     "submit_idempotency_key",
     "tool_result_topic",
     "turn_workflow_id",
@@ -52,13 +47,6 @@ LIFECYCLE_WORKFLOW = "helix.lifecycle"
 """A retry or a rewind: applies it (one exactly-once step), then runs the turn it starts."""
 LIFECYCLE_APPLY_STEP = "helix.lifecycle.apply"
 """Commits a retry's or a rewind's conversation and session state, exactly once."""
-PERSISTENT_WORKFLOW = "helix.persistent"
-"""A persistent agent's session: one workflow that runs turn after turn from its inbox."""
-PERSISTENT_CLAIM_STEP = "helix.persistent.claim"
-"""Reads the turn a message claimed, or hibernates the idle workflow (compare-and-swap)."""
-INBOX_TOPIC = "inbox"
-"""The ``DBOS.recv`` topic a persistent workflow waits on for its next message."""
-
 _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 
 
@@ -99,14 +87,3 @@ def next_run_id(run_id: str) -> str:
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
     """The session of a sub-agent started by a parent's tool call."""
     return f"{parent_session_id}.{tool_call_id}"
-
-
-def persistent_workflow_id(session_id: str, run_id: str) -> str:
-    """A persistent session's workflow, named after the run of the message that started it:
-    ``helix:<session>:persistent:<run>`` (each wake after a hibernation is a new one)."""
-    return f"helix:{session_id}:persistent:{run_id}"
-
-
-def inbox_idempotency_key(run_id: str) -> str:
-    """The key of the inbox message that wakes a persistent workflow for one turn."""
-    return f"{run_id}:inbox"
