@@ -58,11 +58,8 @@ def _lookup(args: EditIn) -> dict[str, str]:
     return {"found": args.text}
 
 
-def lifecycle_agent(
-    llm: ScriptedLLM | None = None, *, persistent: bool = False, idle_ttl: float | None = None
-) -> Agent:
-    """The agent (``lc``), optionally persistent."""
-    extra = {"persistent": True, "idle_ttl": idle_ttl} if persistent else {}
+def lifecycle_agent(llm: ScriptedLLM | None = None) -> Agent:
+    """The agent (``lc``)."""
     return define_agent(
         "lc",
         llm=llm or LifecycleLLM(),
@@ -71,5 +68,4 @@ def lifecycle_agent(
             define_tool("lookup", "Look something up", EditIn, execute=_lookup),
         ],
         client_tool_timeout=300,
-        **extra,  # type: ignore[arg-type]
     )

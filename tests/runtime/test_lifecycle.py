@@ -8,8 +8,7 @@ import pytest
 from dbos import DBOS
 
 from helix_dbos.core.markers import entry_input_run, sub_agent_notification
-from helix_dbos.core.messages import Message
-from helix_dbos.core.session import PendingCall, SessionState
+from helix_dbos.core.session import SessionState
 from helix_dbos.errors import (
     AgentAlreadyRunningError,
     AgentNotResumableError,
@@ -305,10 +304,6 @@ async def test_rewind_refusals(make_runtime: Any) -> None:
         await rt.resume(handle.session_id, "from_checkpoint")
     with pytest.raises(SessionNotFoundError):
         await rt.rewind("nope", "cp")
-
-
-def _unused(_: Message, __: PendingCall) -> None:  # keep the imports honest for readers
-    return None
 
 
 async def test_cli_checkpoints(make_runtime: Any, db_url: str) -> None:
