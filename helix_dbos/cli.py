@@ -519,6 +519,55 @@ register(
 )
 
 
+# -- checkpoints (docs/lifecycle.md) --------------------------------------------------------
+
+
+def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="the session id")
+    _add_database_options(parser)
+
+
+def _run_checkpoints(args: argparse.Namespace) -> int:
+    from .runtime.lifecycle import checkpoints_of
+
+    async def work(store: Any, _url: str) -> Any:
+        return await checkpoints_of(store, args.session)
+
+    rows = _with_store(args, work)
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print(f"{args.session} has no checkpoints")
+        return EXIT_OK
+    header = ("CHECKPOINT", "KIND", "RUN", "STEP", "MESSAGES", "CREATED")
+    lines = [header] + [
+        (
+            r["checkpointId"],
+            r["kind"],
+            r["runId"] or "-",
+            str(r["step"]),
+            str(r["messageCount"]),
+            r["createdAt"],
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+register(
+    Command(
+        name="checkpoints",
+        help="list a session's checkpoints, newest first (points a rewind or retry can use)",
+        configure=_configure_checkpoints,
+        run=_run_checkpoints,
+    )
+)
+
+
 # -- entry point ----------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ EventType = Literal[
     "turn_end",
     "user_message",
     "session_healed",
+    "rewound",
 ]
 
 

@@ -45,6 +45,10 @@ class Message(BaseModel):
     """On a tool message: the call failed (the model sees a normal failed tool result)."""
     error_code: str | None = None
     """On a failed tool message: the machine code (``client_tool_timeout`` ...), if any."""
+    meta: dict[str, Any] | None = None
+    """Markers the runtime reads, never the model: ``entryInput`` (``{"runId"}``: the row is
+    that run's own input) and ``source`` (``"sub_agent_completion"``: a notification, never
+    user input). See ``helix_dbos.core.markers``."""
 
     def to_row(self) -> dict[str, Any]:
         """The JSON stored in ``__agents_messages.content``."""

@@ -51,6 +51,8 @@ OPERATIONS = (
     "submit-tool-result",
     "chat",
     "chat-stream",
+    "retry",
+    "checkpoints",
 )
 
 AuthResult = bool | Mapping[str, Any]

@@ -46,11 +46,13 @@ from .errors import HelixRoute
 from .limits import SlidingWindowLimiter, limiter_for
 from .schemas import (
     ChatSubmitToolResultRequest,
+    CheckpointsResponse,
     ControlRequest,
     ControlResponse,
     ErrorBody,
     Identifier,
     ResumeRequest,
+    RetryRequest,
     StartRequest,
     StartResponse,
     StatusResponse,
@@ -341,9 +343,53 @@ def create_router(
     async def resume(request: Request) -> Response:
         body = await api.body(request, ResumeRequest, "resume")
         handle = await runtime.resume(
-            body.session_id, body.mode, body.message, body.abandon_pending
+            body.session_id, body.mode, body.message, body.abandon_pending, body.checkpoint_id
         )
         return JSONResponse(handle.dump())
+
+    # -- retry and checkpoints (docs/lifecycle.md) -----------------------------------------
+
+    @router.post(
+        "/retry",
+        summary="Retry a failed or interrupted turn",
+        description="A new run re-runs the turn; see the lifecycle page for what it keeps, "
+        "rewinds and when it needs a `message`.",
+        response_model=TurnResponse,
+        responses={
+            **BODY_RESPONSES,
+            400: error_response_doc(
+                "`validation_error`: `cause: message` (the failed run committed steps, or "
+                "nothing after the checkpoint is user input: give a message)."
+            ),
+            404: error_response_doc("`state_not_found`: no such session or checkpoint."),
+            409: error_response_doc(
+                "`state_already_running` (a turn is running or parked) or "
+                "`state_not_resumable` (completed: nothing to retry)."
+            ),
+        },
+        openapi_extra=raw_json_body_doc(RetryRequest),
+    )
+    async def retry(request: Request) -> Response:
+        body = await api.body(request, RetryRequest, "retry")
+        handle = await runtime.retry(body.session_id, body.message, body.checkpoint_id)
+        return JSONResponse(handle.dump())
+
+    @router.get(
+        "/checkpoints",
+        summary="A session's checkpoints, newest first",
+        response_model=CheckpointsResponse,
+        responses=_QUERY_RESPONSES,
+    )
+    async def list_checkpoints(
+        request: Request,
+        session_id: Annotated[
+            str,
+            Query(alias="sessionId", min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"),
+        ],
+    ) -> Response:
+        await api.query(request, "checkpoints", session_id)
+        found = await runtime.checkpoints(session_id)
+        return JSONResponse({"sessionId": session_id, "checkpoints": found})
 
     @router.get(
         "/sse",

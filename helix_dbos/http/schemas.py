@@ -13,11 +13,14 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "CheckpointView",
+    "CheckpointsResponse",
     "ControlRequest",
     "ControlResponse",
     "ErrorBody",
     "PendingToolCallView",
     "ResumeRequest",
+    "RetryRequest",
     "StartRequest",
     "StartResponse",
     "StatusResponse",
@@ -64,21 +67,58 @@ class ResumeRequest(_Request):
     """``POST /resume``: continue a parked session, or deliver a new message over it."""
 
     session_id: Identifier
-    mode: Literal["continue", "with_message"] = "continue"
+    mode: Literal["continue", "with_message", "from_checkpoint"] = "continue"
     """``continue`` adopts the continuation of a complete batch; ``with_message`` sends
-    ``message`` as the next user message."""
+    ``message`` as the next user message; ``from_checkpoint`` rewinds to ``checkpointId``."""
     message: str | None = None
     """Required with ``with_message``; refused with ``continue``."""
     abandon_pending: bool = False
     """With ``with_message``: answer every unanswered call ``client_tool_abandoned``."""
+    checkpoint_id: Identifier | None = None
+    """Required with ``from_checkpoint`` (and refused otherwise)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> ResumeRequest:
+        if (self.mode == "from_checkpoint") != (self.checkpoint_id is not None):
+            raise ValueError("from_checkpoint needs a checkpointId, and only it takes one")
+        if self.mode == "from_checkpoint" and (self.message is not None or self.abandon_pending):
+            raise ValueError("from_checkpoint takes no message and no abandonPending")
         if self.mode == "with_message" and self.message is None:
             raise ValueError("with_message needs a message")
         if self.mode == "continue" and (self.message is not None or self.abandon_pending):
             raise ValueError("continue takes no message and no abandonPending")
         return self
+
+
+class RetryRequest(_Request):
+    """``POST /retry``: re-run a failed or interrupted turn (rules: docs/lifecycle.md)."""
+
+    session_id: Identifier
+    message: str | None = None
+    """Needed when the failed run committed steps; replaces its input otherwise."""
+    checkpoint_id: Identifier | None = None
+    """Retry from this checkpoint: the conversation as it was there, then the input after it."""
+
+
+class CheckpointView(_Response):
+    """One checkpoint a rewind or retry can go back to."""
+
+    checkpoint_id: str
+    run_id: str | None
+    step: int
+    """Model answers in the conversation at this checkpoint."""
+    created_at: str
+    message_count: int
+    """Messages in the conversation a rewind to it restores."""
+    kind: str
+    """The step that wrote it: ``model``, ``results``, ``finish``, ``lifecycle`` ..."""
+
+
+class CheckpointsResponse(_Response):
+    """``GET /checkpoints``: the session's checkpoints, newest first."""
+
+    session_id: str
+    checkpoints: list[CheckpointView]
 
 
 class ControlRequest(_Request):

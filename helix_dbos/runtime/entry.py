@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
+from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import AgentAlreadyRunningError
@@ -48,13 +49,17 @@ async def open_turn(
     root_session_id: str | None = None,
     parent_session_id: str | None = None,
     metadata: dict[str, Any] | None = None,
+    workflow_id: str | None = None,
 ) -> SessionState:
     """Claim ``session_id`` for a new turn (creating it if new) and commit its entry.
+
+    The entry message is marked as the turn's own input. ``workflow_id`` is the workflow that
+    runs the turn (default: the turn's own, ``names.turn_workflow_id``).
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running or parked.
     """
-    workflow_id = names.turn_workflow_id(session_id, turn_id)
+    workflow_id = workflow_id or names.turn_workflow_id(session_id, turn_id)
     existing = await store.load(session_id, conn)
     if existing is None:
         state = await store.create_session(
@@ -102,7 +107,11 @@ async def open_turn(
         )
         for tcid, name in unpaired_tool_calls(history)
     ]
-    entry = [Message(role="user", content=message)] if message is not None else []
+    entry = (
+        [mark_entry_input(Message(role="user", content=message), turn_id)]
+        if message is not None
+        else []
+    )
     await store.append_messages(session_id, turn_id, healed + entry, conn)
     events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]
     if message is not None:

@@ -10,6 +10,8 @@ import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
+    "LIFECYCLE_APPLY_STEP",
+    "LIFECYCLE_WORKFLOW",
     "COMMIT_RESULTS_STEP",
     "FINISH_STEP",
     "MODEL_STEP",
@@ -41,6 +43,10 @@ COLLECT_ANSWERS_STEP = "helix.turn.collect_answers"
 START_CHILD_STEP = "helix.turn.start_child"
 """Creates a sub-agent's session and commits its entry message, inside the parent's turn."""
 
+LIFECYCLE_WORKFLOW = "helix.lifecycle"
+"""A retry or a rewind: applies it (one exactly-once step), then runs the turn it starts."""
+LIFECYCLE_APPLY_STEP = "helix.lifecycle.apply"
+"""Commits a retry's or a rewind's conversation and session state, exactly once."""
 _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 
 

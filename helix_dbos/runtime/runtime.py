@@ -20,7 +20,7 @@ from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestVa
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore, now_ms
-from . import context, names
+from . import context, lifecycle, names
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
 from .heal import Repair, heal, heal_forever
@@ -234,9 +234,10 @@ class AgentRuntime:
     async def resume(
         self,
         session_id: str,
-        mode: Literal["continue", "with_message"] = "continue",
+        mode: Literal["continue", "with_message", "from_checkpoint"] = "continue",
         message: str | None = None,
         abandon_pending: bool = False,
+        checkpoint_id: str | None = None,
     ) -> TurnHandle:
         """Resume a session.
 
@@ -246,7 +247,15 @@ class AgentRuntime:
         every unanswered call gets ``client_tool_abandoned``, stored answers are kept, the
         results are committed before the message, and one model call runs. On an interrupted
         session it starts the next turn. Completed and failed sessions are refused.
+        ``from_checkpoint`` rewinds to ``checkpoint_id`` (see ``rewind``).
         """
+        if mode == "from_checkpoint":
+            if checkpoint_id is None or message is not None or abandon_pending:
+                raise RequestValidationError(
+                    "mode 'from_checkpoint' takes a checkpointId and nothing else",
+                    cause="checkpoint_id",
+                )
+            return await self.rewind(session_id, checkpoint_id)
         state = await self.store.get(session_id)
         if mode == "with_message" and message is None:
             raise RequestValidationError("mode 'with_message' needs a message", cause="message")
@@ -290,6 +299,65 @@ class AgentRuntime:
         if root.status == "suspended_client_tool" and root.pending:
             run_id = names.next_run_id(run_id)
         return TurnHandle(root.session_id, run_id, root.workflow_id)
+
+    # -- retry, rewind, checkpoints (lifecycle.py) --------------------------------------------
+
+    async def retry(
+        self, session_id: str, message: str | None = None, checkpoint_id: str | None = None
+    ) -> TurnHandle:
+        """Re-run a failed or interrupted turn as a new run (the rules: docs/lifecycle.md).
+
+        Raises:
+            AgentAlreadyRunningError: a turn is running or parked: nothing to retry.
+            AgentNotResumableError: the session completed (or never ran): nothing to retry.
+            RequestValidationError: the failed run committed steps and no message was given
+                (``cause: message``); or nothing after ``checkpoint_id`` is user input.
+            SessionNotFoundError: no such session or checkpoint.
+        """
+        state = await self.store.get(session_id)
+        await lifecycle.precheck(state, "retry")
+        return await self._lifecycle(session_id, "retry", message, checkpoint_id)
+
+    async def rewind(self, session_id: str, checkpoint_id: str) -> TurnHandle:
+        """Take the session back to a checkpoint; a new run continues from there.
+
+        Later messages leave the conversation (kept for audit). A parked turn is interrupted
+        first; calls the rewind discards answer ``unknown_tool_call``. A restored batch that
+        is still unanswered is taken over by the new run, which suspends on it at once.
+
+        Raises:
+            AgentAlreadyRunningError: a turn is running (between parks): interrupt it first.
+            SessionNotFoundError: no such session or checkpoint.
+            RequestValidationError: the checkpoint's batch calls sub-agents.
+        """
+        state = await self.store.get(session_id)
+        await lifecycle.require_checkpoint(session_id, checkpoint_id)
+        if state.status == "suspended_client_tool":
+            await self.interrupt(session_id)
+            state = await self.store.get(session_id)
+        await lifecycle.precheck(state, "rewind")
+        return await self._lifecycle(session_id, "rewind", None, checkpoint_id)
+
+    async def _lifecycle(
+        self,
+        session_id: str,
+        op: lifecycle.Op,
+        message: str | None,
+        checkpoint_id: str | None,
+    ) -> TurnHandle:
+        run_id = f"run_{uuid.uuid4().hex[:24]}"
+        workflow_id, workflow = await lifecycle.start_lifecycle(
+            session_id, run_id, op, message, checkpoint_id
+        )
+        task = getattr(workflow, "task", None)
+        if task is not None:
+            self._started[workflow_id] = task
+        return TurnHandle(session_id, run_id, workflow_id, workflow)
+
+    async def checkpoints(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's checkpoints, newest first: ``{checkpointId, runId, step, createdAt,
+        messageCount, kind}``; any one is a point ``rewind`` and ``retry`` can go back to."""
+        return await lifecycle.checkpoints_of(self.store, session_id)
 
     async def submit_tool_result(
         self,

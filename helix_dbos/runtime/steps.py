@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
 from ..core.llm import LLMRequest, LLMResponse
+from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest
 from ..errors import HelixError, ProviderError
@@ -496,7 +497,10 @@ async def commit_results(
     suspended = [r for r in results if r.get("suspended")]
     new_messages = [tool_result_message(r) for r in results]
     if stash and stash.get("message"):
-        new_messages.append(Message(role="user", content=stash["message"]))
+        # The message is the continuation run's own input (a retry of that run finds it).
+        new_messages.append(
+            mark_entry_input(Message(role="user", content=stash["message"]), next_run)
+        )
     await ctx.store.append_messages(session_id, run_id, new_messages, conn)
     usage_rows: list[dict[str, Any]] = []
     for r in suspended:
@@ -561,7 +565,9 @@ def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, Sessi
         for state in states.values():
             state.status = status  # type: ignore[assignment]
             state.error = error
-            state.metadata.pop("entryInput", None)
+            if status != "failed":
+                # A failed turn keeps a stashed message: a retry drains it (never lost).
+                state.metadata.pop("entryInput", None)
 
     return end
 

@@ -121,8 +121,9 @@ class _Turn:
             self.summary["outputTokens"] += usage.get("output_tokens", 0)
         return await self._finish("failed", "", self._error(cause, exc.code, exc.retryable))
 
-    async def _step(self, step: int) -> dict[str, Any] | None:
-        committed = await steps.model_step(
+    async def _model(self, step: int) -> dict[str, Any]:
+        """The step's committed model answer (a subclass may start from a restored one)."""
+        return await steps.model_step(
             self.session_id,
             self.root_session_id,
             self.run_id,
@@ -130,6 +131,9 @@ class _Turn:
             step,
             self.summary,
         )
+
+    async def _step(self, step: int) -> dict[str, Any] | None:
+        committed = await self._model(step)
         _check_fence(committed)
         response = LLMResponse.model_validate(committed["response"])
         plan: list[dict[str, Any]] = committed["plan"]

@@ -48,6 +48,7 @@ from ..errors import (
 )
 from ..observability.log import log_event
 from .faults import is_transient
+from .history import LIVE_MESSAGE
 from .schema import checkpoints, events, messages, states, usage
 
 __all__ = [
@@ -654,12 +655,12 @@ class SessionStore:
     async def load_messages(
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> list[Message]:
-        """The session's conversation, oldest first."""
+        """The session's conversation, oldest first (rows a rewind took out are skipped)."""
         async with self._read(conn) as c:
             rows = (
                 await c.execute(
                     sa.select(messages.c.role, messages.c.content)
-                    .where(messages.c.session_id == session_id)
+                    .where(messages.c.session_id == session_id, LIVE_MESSAGE)
                     .order_by(messages.c.message_id)
                 )
             ).all()

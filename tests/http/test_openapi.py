@@ -8,7 +8,8 @@ import httpx
 
 BODY_ROUTES = {
     "/start": {"agentType", "message", "sessionId"},
-    "/resume": {"sessionId", "mode", "message", "abandonPending"},
+    "/resume": {"sessionId", "mode", "message", "abandonPending", "checkpointId"},
+    "/retry": {"sessionId", "message", "checkpointId"},
     "/interrupt": {"sessionId", "reason"},
     "/abort": {"sessionId", "reason"},
     "/submit-tool-result": {
@@ -36,7 +37,7 @@ BODY_ROUTES = {
         "input",
     },
 }
-QUERY_ROUTES = ("/status", "/sse")
+QUERY_ROUTES = ("/status", "/sse", "/checkpoints")
 SUBMIT_ERRORS = {"400", "401", "403", "404", "409", "411", "413", "415", "429", "500"}
 
 

@@ -14,6 +14,8 @@ def test_durable_names_are_pinned() -> None:
     assert names.FINISH_STEP == "helix.turn.finish"
     assert names.COLLECT_ANSWERS_STEP == "helix.turn.collect_answers"
     assert names.START_CHILD_STEP == "helix.turn.start_child"
+    assert names.LIFECYCLE_WORKFLOW == "helix.lifecycle"
+    assert names.LIFECYCLE_APPLY_STEP == "helix.lifecycle.apply"
     assert names.turn_workflow_id("s", "r") == "helix:s:r"
     assert names.tool_result_topic("tc") == "tc"
     assert names.submit_idempotency_key("r", "tc") == "r:tc"
