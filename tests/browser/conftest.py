@@ -21,6 +21,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
 
+ROOT = Path(__file__).resolve().parents[2]
+
 #: The session-token secret of the authenticated server.
 SECRET = "browser-test-secret-0123456789-abcdef"
 
@@ -94,29 +96,42 @@ class Served:
     process: subprocess.Popen[bytes]
 
 
-def start_serve(workdir: Path, database_url: str, *, secret: str | None) -> Served:
-    """``helix-dbos serve`` on a free port; returns once it answers."""
+def start_server(workdir: Path, command: list[str], env: dict[str, str]) -> Served:
+    """Run ``command`` (given ``--port``) on a free port; returns once it answers."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k != "HELIX_AUTH_SECRET"}
-    env["HELIX_DATABASE_URL"] = database_url
-    command = [sys.executable, "-m", "helix_dbos.cli", "serve", "--port", str(port)]
-    if secret is None:
-        command.append("--allow-unauthenticated")
-    else:
-        env["HELIX_AUTH_SECRET"] = secret
-    log = (workdir / "serve.log").open("wb")
-    process = subprocess.Popen(command, env=env, cwd=workdir, stdout=log, stderr=log)
+    log = (workdir / "server.log").open("wb")
+    process = subprocess.Popen(
+        [*command, "--port", str(port)], env=env, cwd=workdir, stdout=log, stderr=log
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
         if process.poll() is not None:
-            raise AssertionError((workdir / "serve.log").read_text())
+            raise AssertionError((workdir / "server.log").read_text())
         try:
             httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
             return Served(base_url=base, process=process)
         except httpx.TransportError:
-            assert time.monotonic() < deadline, "helix-dbos serve did not start"
+            assert time.monotonic() < deadline, f"{command} did not start"
             time.sleep(0.2)
+
+
+def server_env(database_url: str, *, secret: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "HELIX_AUTH_SECRET"}
+    env["HELIX_DATABASE_URL"] = database_url
+    # The checkout on the path: a test's own app module (tests.browser....) is importable.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if secret is not None:
+        env["HELIX_AUTH_SECRET"] = secret
+    return env
+
+
+def start_serve(workdir: Path, database_url: str, *, secret: str | None) -> Served:
+    """``helix-dbos serve`` (the demo agents), with session tokens when given a secret."""
+    command = [sys.executable, "-m", "helix_dbos.cli", "serve"]
+    if secret is None:
+        command.append("--allow-unauthenticated")
+    return start_server(workdir, command, server_env(database_url, secret=secret))
 
 
 def stop_serve(served: Served) -> None:

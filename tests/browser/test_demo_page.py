@@ -9,6 +9,7 @@ or Deny button. The page loads nothing from another host, and neither do ``/docs
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from playwright.sync_api import Page, expect
 
 from tests.conftest import create_pg_database, drop_pg_database
 
-from .conftest import SECRET, Served, Visit, start_serve, stop_serve
+from .conftest import SECRET, Served, Visit, server_env, start_serve, start_server, stop_serve
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +84,13 @@ def test_edit_then_approve_the_publication(sqlite_server: Served, visit: Visit) 
     status = httpx.get(f"{base}/status", params={"sessionId": session_id}, timeout=10).json()
     assert status["status"] == "completed" and status["pendingToolCalls"] == []
 
-    # A second turn in the same session edits the already edited document.
-    send(page, 'replace "lazy" with "sleepy"')
+    # A second turn in the same session edits the already edited document; an edit whose
+    # text is not in the document is reported failed.
+    send(page, 'replace "lazy" with "sleepy" and replace "zebra" with "okapi"')
     expect(document).to_have_value(re.compile(r"The quick brown fox jumps over the sleepy dog"))
+    expect(log.locator("li.assistant").last).to_have_text("Applied 1 edit. 1 edit failed.")
     expect(log.locator("li.assistant")).to_have_count(3)
+    assert "okapi" not in document.input_value()
     expect(page.get_by_role("status")).to_have_text("Ready.")
     assert visit.foreign_requests(base) == []
 
@@ -137,6 +141,48 @@ def test_deny_with_tokens_on_postgres_and_a_reload(pg_auth_server: Served, visit
     ).json()
     assert done["status"] == "completed"
     assert visit.foreign_requests(base) == []
+
+
+@pytest.fixture
+def streaming_server(tmp_path: Path) -> Iterator[Served]:
+    """A server whose editor streams its replies one word at a time (streaming_app.py)."""
+    command = [sys.executable, "-m", "uvicorn", "tests.browser.streaming_app:app"]
+    served = start_server(tmp_path, command, server_env(f"sqlite:///{tmp_path / 'h.sqlite'}"))
+    try:
+        yield served
+    finally:
+        stop_serve(served)
+
+
+#: Records every text the first assistant bubble shows, as the page changes it.
+WATCH_REPLY = """() => {
+  window.replyTexts = [];
+  new MutationObserver(() => {
+    const bubble = document.querySelector('#transcript li.assistant');
+    const texts = window.replyTexts;
+    if (bubble && texts[texts.length - 1] !== bubble.textContent) texts.push(bubble.textContent);
+  }).observe(document.getElementById('transcript'),
+             {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def test_the_reply_streams_in_word_by_word(streaming_server: Served, visit: Visit) -> None:
+    """A model that streams word by word: the page shows the reply growing, then whole."""
+    page, base = visit.page, streaming_server.base_url
+    page.goto(base + "/")
+    page.evaluate(WATCH_REPLY)
+
+    send(page, 'replace "quikc" with "quick" and replace "zebra" with "okapi"')
+
+    reply = page.get_by_role("log", name="Conversation").locator("li.assistant")
+    expect(reply).to_have_text("Applied 1 edit. 1 edit failed.")
+    expect(page.get_by_role("status")).to_have_text("Ready.")
+    texts: list[str] = page.evaluate("window.replyTexts")
+    assert texts[-1] == "Applied 1 edit. 1 edit failed."
+    # Seen in pieces, each a prefix of the next: the text arrived while the model wrote it.
+    assert len(texts) >= 3, texts
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False)), texts
+    assert texts[0] != texts[-1]
 
 
 def test_a_message_over_a_waiting_approval_abandons_it(sqlite_server: Served, visit: Visit) -> None:
