@@ -38,9 +38,13 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Headless Chromium (``--no-sandbox``: CI runs as root)."""
+    """Headless Chromium (``--no-sandbox``: CI runs as root).
+
+    Module-scoped: Playwright's sync API keeps an event loop running while it is open, and
+    the async tests of the next module need the thread's loop to themselves.
+    """
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=chromium_path(), args=["--no-sandbox"], headless=True
