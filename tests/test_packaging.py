@@ -68,6 +68,16 @@ def test_wheel_contains_the_alembic_scripts(wheel: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"helix_dbos"}
 
 
+def test_wheel_ships_the_demo_page(wheel: Path) -> None:
+    """The demo page's HTML, script and stylesheet are package data: no build step needed."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    static = "helix_dbos/http/demo_page/static/"
+    sources = sorted(p.name for p in (ROOT / static).iterdir())
+    assert sources == ["demo.css", "demo.js", "index.html"]
+    assert {static + name for name in sources} <= names
+    assert "helix_dbos/http/demo_page/__init__.py" in names
+
+
 def test_wheel_declares_the_cli(wheel: Path) -> None:
     """The helix-dbos console script points at helix_dbos.cli:main."""
     archive = zipfile.ZipFile(wheel)

@@ -3,7 +3,9 @@
 ``lifespan_for(runtime)`` launches the runtime when the app starts and shuts it down when the
 app stops (DBOS is launched once per process). ``create_app`` builds the standalone server:
 the demo agents unless given a runtime, session tokens when ``HELIX_AUTH_SECRET`` is set, and
-a refusal to build without authentication unless ``allow_unauthenticated=True``.
+a refusal to build without authentication unless ``allow_unauthenticated=True``. It serves the
+API documentation from local files (``/docs``, ``/redoc``) and, when the runtime serves the demo
+agent, the demo page at ``/``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from fastapi import FastAPI
 from .. import __version__
 from ..config import HelixSettings
 from ..demo import demo_agents
+from ..errors import ConfigError
 from ..runtime.runtime import AgentRuntime
+from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router
+from .demo_page import install_demo_page, serves_demo_agent
 from .errors import install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT
 from .router import create_router
@@ -60,6 +65,7 @@ def create_app(
     rate_limit_per_minute: int | None = DEFAULT_SUBMIT_RATE_LIMIT,
     verbose_validation_errors: bool = False,
     chat_agent_type: str | None = "editor",
+    demo_page: bool | None = None,
 ) -> FastAPI:
     """The standalone agent server.
 
@@ -77,9 +83,12 @@ def create_app(
         verbose_validation_errors: validation details in the 400 answers (development only).
         chat_agent_type: the agent ``POST /chat`` (the AI SDK endpoint) starts; ``None`` leaves
             it out.
+        demo_page: serve the demo page at ``/``; default: when the runtime serves the demo
+            agent (an ``editor`` agent with the client tool ``editContent``).
 
     Raises:
-        ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes).
+        ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes),
+            or ``demo_page=True`` without the demo agent.
     """
     secret = auth_secret if auth_secret is not None else os.environ.get(AUTH_SECRET_ENV) or None
     if runtime is None:
@@ -99,10 +108,21 @@ def create_app(
         rate_limit_per_minute=rate_limit_per_minute,
         token_issuer=issuer,
     )
+    if demo_page is None:
+        demo_page = serves_demo_agent(runtime.registry)
+    elif demo_page and not serves_demo_agent(runtime.registry):
+        raise ConfigError("The demo page needs the demo agent 'editor' with 'editContent'")
     app = FastAPI(
-        title="helix-dbos agent server", version=__version__, lifespan=lifespan_for(runtime)
+        title="helix-dbos agent server",
+        version=__version__,
+        lifespan=lifespan_for(runtime),
+        docs_url=None,  # served from local files below: FastAPI's pages load from a CDN
+        redoc_url=None,
     )
     install_error_handlers(app)
+    install_api_docs(app)
+    if demo_page:
+        install_demo_page(app)
     app.include_router(router)
     if chat_agent_type is not None:
         # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
