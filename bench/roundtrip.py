@@ -1,8 +1,10 @@
 """Benchmark: the in-process client-tool round trip, against a raw DBOS workflow of the same
 shape (model step, park on recv, submit, model step), measured in the same run.
 
-Reports suspend and resume p50/p95 (ms), sessions/s at concurrency 1 and 16, RSS per parked
-session with N parked, and Postgres transactions per round trip (xact_commit delta).
+Reports suspend and resume p50/p95 (ms), process CPU per round trip (ms), SQL statements per
+round trip (every engine of the process: ours and DBOS's), sessions/s at concurrency 1 and
+16, RSS per parked session with N parked, and Postgres transactions per round trip
+(xact_commit delta), with the ratio helix / raw of each.
 
     .venv/bin/python bench/roundtrip.py [--iterations 200] [--parked 1000]
 
@@ -24,6 +26,8 @@ from typing import Any
 import psycopg
 from dbos import DBOS, SetWorkflowID
 from pydantic import BaseModel
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent, define_tool
@@ -55,6 +59,13 @@ AGENT = define_agent(
 )
 
 _raw_parked: set[str] = set()
+_statements = 0
+
+
+@event.listens_for(Engine, "before_cursor_execute")
+def _count(*_args: Any) -> None:
+    global _statements
+    _statements += 1
 
 
 @DBOS.step(name="bench.raw.model")
@@ -133,6 +144,7 @@ async def latency(fn: Any, rt: AgentRuntime, n: int) -> dict[str, float]:
     for _ in range(10):
         await fn(rt)
     sus, res = [], []
+    cpu0, statements0 = time.process_time(), _statements
     for _ in range(n):
         s, r = await fn(rt)
         sus.append(s)
@@ -142,6 +154,8 @@ async def latency(fn: Any, rt: AgentRuntime, n: int) -> dict[str, float]:
         "suspend_p95": pct(sus, 95),
         "resume_p50": statistics.median(res),
         "resume_p95": pct(res, 95),
+        "cpu_ms_per_round_trip": (time.process_time() - cpu0) * 1000 / n,
+        "statements_per_round_trip": (_statements - statements0) / n,
     }
 
 

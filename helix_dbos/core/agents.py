@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from ..errors import AgentNotFoundError, ToolDefinitionError
-from .llm import LLM
+from .llm import LLM, ToolSchema
 from .tools import SUBAGENT_PREFIX, Tool
 
 __all__ = [
@@ -46,6 +47,11 @@ class Agent:
     client_tool_timeout: float | None = None
     completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION
     subagents: tuple[Agent, ...] = field(default=())
+
+    @functools.cached_property
+    def tool_schemas(self) -> tuple[ToolSchema, ...]:
+        """The tools as the model sees them, built once per agent (JSON schemas are costly)."""
+        return tuple(tool.schema() for tool in self.tools)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it."""

@@ -10,6 +10,7 @@ exactly-once text reads ``text``.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ..core.events import event
 from ..store.store import SessionStore
@@ -39,9 +40,16 @@ class DeltaStream:
     async def flush(self) -> None:
         """Append what is buffered as one event."""
         self._last_flush = time.monotonic()
+        pending = self.take()
+        if pending is not None:
+            await self._store.append_events(self._session_id, self._run_id, [pending])
+
+    def take(self) -> dict[str, Any] | None:
+        """What is buffered, as one ``text_delta`` event (or ``None``); the buffer empties.
+
+        The model step puts it in its own commit, so the last delta costs no transaction.
+        """
         if not self._buffer:
-            return
+            return None
         text, self._buffer = "".join(self._buffer), []
-        await self._store.append_events(
-            self._session_id, self._run_id, [event("text_delta", delta=text, step=self._step)]
-        )
+        return event("text_delta", delta=text, step=self._step)

@@ -75,26 +75,23 @@ async def open_turn(
             ),
             conn,
         )
+        history: list[Message] = []  # a new session has no log to heal
     else:
-        if existing.status in ACTIVE_STATUSES:
-            raise AgentAlreadyRunningError(
-                f"Session {session_id!r} already has a turn {existing.status}",
-                sessionId=session_id,
-                runId=existing.run_id,
-            )
 
         def claim(states: dict[str, SessionState]) -> None:
             s = states[session_id]
             if s.status in ACTIVE_STATUSES:
                 raise AgentAlreadyRunningError(
-                    f"Session {session_id!r} already has a turn {s.status}", sessionId=session_id
+                    f"Session {session_id!r} already has a turn {s.status}",
+                    sessionId=session_id,
+                    runId=s.run_id,
                 )
             s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
             s.metadata.pop("entryInput", None)
 
         saved, _ = await store.update([session_id], claim, conn=conn)
         state = saved[session_id]
-    history = await store.load_messages(session_id, conn)
+        history = await store.load_messages(session_id, conn)
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
     healed = [
         Message(

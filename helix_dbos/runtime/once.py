@@ -65,11 +65,14 @@ async def commit_once(
     retry_event: str | None = None,
     failed_event: str | None = None,
     session_ids: list[str] | None = None,
+    read_first: bool = True,
 ) -> R:
     """Run ``body``'s writes and the checkpoint holding its result in one transaction.
 
     ``attempts`` bounds the retries on lost compare-and-swap races (logged as
-    ``retry_event`` / ``failed_event`` with ``session_ids``).
+    ``retry_event`` / ``failed_event`` with ``session_ids``). ``read_first=False``: the caller
+    has just read the slot and found nothing, so the first attempt skips that read (a retried
+    attempt always reads: the commit it retries may have landed).
 
     ``body`` may run several times (the transaction is retried as a whole); it writes only
     through the store (which joins the bound transaction) and logs nothing.
@@ -78,18 +81,26 @@ async def commit_once(
         Fenced: ``body``'s guard failed; nothing was written.
     """
     store = current().store
+    attempts_made = 0
 
     async def attempt(conn: AsyncConnection) -> R:
-        done = await store.get_checkpoint(slot, conn)
-        if done is not None:
-            return done["state"]["result"]  # type: ignore[no-any-return]
-        result = await body()
+        nonlocal attempts_made
+        attempts_made += 1
+        if read_first or attempts_made > 1:
+            done = await store.get_checkpoint(slot, conn)
+            if done is not None:
+                return done["state"]["result"]  # type: ignore[no-any-return]
+        with store.pointing(session_id, slot) as pointed:
+            # A compare-and-swap of the step's own session row also moves its checkpoint
+            # pointer here: the checkpoint needs no UPDATE of its own.
+            result = await body()
         await store.write_checkpoint(
             session_id,
             run_id,
             step_count=step_count,
             state={"result": result},
             checkpoint_id=slot,
+            pointed=pointed.done,
             conn=conn,
         )
         return result

@@ -105,14 +105,15 @@ async def model_step(
     request = LLMRequest(
         instructions=agent.instructions,
         messages=history,
-        tools=[tool.schema() for tool in agent.tools],
+        tools=list(agent.tool_schemas),
         session_id=session_id,
         run_id=run_id,
         step=step,
     )
     deltas = DeltaStream(ctx.store, session_id, run_id, step)
     response = await agent.llm.complete(request, on_text=deltas)
-    await deltas.flush()
+    # What is still buffered is written by the step's own commit (no transaction of its own).
+    last_delta = deltas.take()
     plan = plan_calls(agent, response.tool_calls)
     model = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
     final_summary = None
@@ -127,7 +128,15 @@ async def model_step(
 
     async def commit() -> dict[str, Any]:
         committed = await _commit_model(
-            session_id, root_session_id, run_id, step, model, plan, retention_ms, final_summary
+            session_id,
+            root_session_id,
+            run_id,
+            step,
+            model,
+            plan,
+            retention_ms,
+            final_summary,
+            last_delta,
         )
         return {**model, "plan": plan, "deadlines": committed["deadlines"]}
 
@@ -142,6 +151,7 @@ async def model_step(
             retry_event="client_tool.ownership_retry",
             failed_event="client_tool.ownership_write_failed",
             session_ids=list(dict.fromkeys([session_id, root_session_id])),
+            read_first=False,  # read just above, before the model call
         )
     except Fenced as fenced:
         # Stopped or superseded while the model ran: nothing is written, the answer dropped.
@@ -246,6 +256,7 @@ async def _commit_model(
     plan: list[dict[str, Any]],
     retention_ms: int,
     final_summary: dict[str, Any] | None = None,
+    last_delta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Commit the assistant message, its events and usage, and register suspending calls.
 
@@ -296,7 +307,7 @@ async def _commit_model(
             root.ownership[tcid] = session_id
 
     await ctx.store.update([session_id, root_session_id], register, conn=conn)
-    new_events: list[dict[str, Any]] = []
+    new_events: list[dict[str, Any]] = [last_delta] if last_delta is not None else []
     if response.text:
         new_events.append(event("text", text=response.text, step=step))
     new_events.extend(_start_events(plan, entries))

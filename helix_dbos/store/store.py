@@ -27,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -83,6 +84,32 @@ REQUEST_PATIENCE_SECONDS = 3.0
 _patience: ContextVar[float | None] = ContextVar("helix_store_patience", default=None)
 _patience_set: ContextVar[bool] = ContextVar("helix_store_patience_set", default=False)
 _bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", default=None)
+_pointing: ContextVar[Pointing | None] = ContextVar("helix_store_pointing", default=None)
+
+
+_APPEND_EVENTS_PG = sa.text(
+    """
+    WITH seq AS (
+        UPDATE __agents_states SET event_seq = event_seq + :n
+        WHERE session_id = :sid
+        RETURNING event_seq
+    )
+    INSERT INTO __agents_events (session_id, sequence, run_id, type, data, created_at)
+    SELECT :sid, seq.event_seq - :n + e.ord, :run, e.v->>'type', e.v->'data', :now
+    FROM seq, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(v, ord)
+    RETURNING sequence
+    """
+)
+"""Appending events on Postgres: the session's sequence taken and the rows inserted at once."""
+
+
+@dataclass
+class Pointing:
+    """A checkpoint that the next compare-and-swap of its session row points at."""
+
+    session_id: str
+    checkpoint_id: str
+    done: bool = False
 
 
 class NoChange(Exception):  # a control-flow signal, not an error
@@ -360,6 +387,19 @@ class SessionStore:
             yield new_conn
 
     @staticmethod
+    @contextmanager
+    def pointing(session_id: str, checkpoint_id: str) -> Iterator[Pointing]:
+        """Within this block, a ``save`` of ``session_id`` also sets its checkpoint pointer to
+        ``checkpoint_id`` (the row is locked by the transition, so this is the newest one);
+        ``done`` tells ``write_checkpoint`` that the pointer needs no UPDATE of its own."""
+        note = Pointing(session_id, checkpoint_id)
+        token = _pointing.set(note)
+        try:
+            yield note
+        finally:
+            _pointing.reset(token)
+
+    @staticmethod
     def bound() -> AsyncConnection | None:
         """The transaction bound to the running task by ``transact``, if any."""
         return _bound.get()
@@ -465,11 +505,16 @@ class SessionStore:
             StaleStateError: another writer changed the row first.
         """
         self._check_size(state)
+        values = _state_values(state)
+        note = _pointing.get()
+        if note is not None and note.session_id == state.session_id:
+            values["latest_checkpoint_id"] = note.checkpoint_id
+            note.done = True
         async with self.transaction(conn) as c:
             result = await c.execute(
                 states.update()
                 .where(states.c.session_id == state.session_id, states.c.version == state.version)
-                .values(version=states.c.version + 1, updated_at=_now(), **_state_values(state))
+                .values(version=states.c.version + 1, updated_at=_now(), **values)
             )
         if result.rowcount != 1:
             raise StaleStateError(
@@ -682,7 +727,26 @@ class SessionStore:
         """
         if not new:
             return 0
+        now = _now()
         async with self.transaction(conn) as c:
+            if self.dialect == "postgresql":
+                # One round trip: the sequence is taken and the rows inserted in one statement.
+                rows = await c.execute(
+                    _APPEND_EVENTS_PG,
+                    {
+                        "sid": session_id,
+                        "run": run_id,
+                        "n": len(new),
+                        "now": now,
+                        "events": json.dumps(
+                            [{"type": e["type"], "data": e.get("data", {})} for e in new]
+                        ),
+                    },
+                )
+                sequences = [r[0] for r in rows]
+                if not sequences:
+                    raise sa.exc.NoResultFound(f"No session {session_id!r} to append events to")
+                return int(max(sequences))
             last = (
                 await c.execute(
                     states.update()
@@ -692,7 +756,6 @@ class SessionStore:
                 )
             ).scalar_one()
             first = last - len(new) + 1
-            now = _now()
             await c.execute(
                 events.insert(),
                 [
@@ -783,6 +846,7 @@ class SessionStore:
         message_count: int | None = None,
         checkpoint_id: str | None = None,
         created_at: datetime | None = None,
+        pointed: bool = False,
         conn: AsyncConnection | None = None,
     ) -> str:
         """Write a checkpoint and point the session at it, unless it points at a newer one.
@@ -813,14 +877,16 @@ class SessionStore:
                     created_at=created_at,
                 )
             )
+            if pointed:
+                return checkpoint_id  # the transition's own compare-and-swap moved it
             # The pointer only moves forward: a writer holding an older checkpoint (a slow
             # re-execution, a stale replica of the step) never moves it back.
-            pointed = checkpoints.alias("pointed")
+            current = checkpoints.alias("current")
             newer_exists = (
-                sa.select(pointed.c.checkpoint_id)
+                sa.select(current.c.checkpoint_id)
                 .where(
-                    pointed.c.checkpoint_id == states.c.latest_checkpoint_id,
-                    pointed.c.created_at > created_at,
+                    current.c.checkpoint_id == states.c.latest_checkpoint_id,
+                    current.c.created_at > created_at,
                 )
                 .exists()
             )
