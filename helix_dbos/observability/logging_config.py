@@ -71,6 +71,22 @@ class StoppedTurnFilter(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (as logging's last
+    resort does), so a replaced or closed stderr is never held on to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def parse_level(value: str, variable: str = LOG_LEVEL_ENV) -> int:
     """A level name, in any case (``debug``, ``INFO``, ``Warning``, ...).
 
@@ -164,7 +180,9 @@ def configure_logging(
         raise ConfigError(f"Unknown log format {fmt!r}: use {' or '.join(LOG_FORMATS)}")
     raw = level if level is not None else os.environ.get(LOG_LEVEL_ENV, "").strip() or "info"
     helix_level = parse_level(raw)
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler: logging.Handler = (
+        logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    )
     handler.name = _HANDLER_NAME
     handler.setFormatter(JsonEventFormatter() if fmt == "json" else EventFormatter())
     handler.addFilter(StoppedTurnFilter())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,27 +12,6 @@ from helix_dbos.config import HelixSettings
 from helix_dbos.errors import ConfigError
 from helix_dbos.observability.log import log_event
 from helix_dbos.observability.logging_config import configure_logging, parse_level
-
-_LOGGERS = ("helix_dbos", "dbos", "uvicorn")
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """configure_logging changes process-wide loggers: put them back afterwards."""
-    saved = {
-        name: (
-            list(logging.getLogger(name).handlers),
-            logging.getLogger(name).propagate,
-            logging.getLogger(name).level,
-        )
-        for name in _LOGGERS
-    }
-    yield
-    for name, (handlers, propagate, level) in saved.items():
-        log = logging.getLogger(name)
-        log.handlers = handlers
-        log.propagate = propagate
-        log.setLevel(level)
 
 
 class DBOSAwaitedWorkflowCancelledError(Exception):
