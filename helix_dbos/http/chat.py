@@ -16,10 +16,14 @@ read from the request:
 ``GET /chat/{id}/stream`` is the AI SDK's reconnect: 204 when the session has no active turn;
 a parked turn replays its pending calls; a running turn streams from its current run's start.
 
-Refusals happen before any stream and are the typed ``{error, code, retryable, ...}`` answers
-of the other routes (``INVALID_RESULT``, ``approval_mismatch``, ``state_already_running``, ...).
-The authenticate hook sees the operations ``chat`` and ``chat-stream`` with the chat's id as
-``request_session_id``.
+``POST /chat/sessions`` answers a new chat id and, with session tokens, the token bound to it:
+what a browser needs before a chat's first message.
+
+Refusals happen before any stream (and before any answer of the request is stored) and are
+the typed ``{error, code, retryable, ...}`` answers of the other routes (``INVALID_RESULT``,
+``approval_mismatch``, ``state_already_running``, ...). The request goes through the shared
+pipeline (``pipeline.py``). The authenticate hook sees the operations ``chat-new`` (no
+session yet), ``chat`` and ``chat-stream`` with the chat's id as ``request_session_id``.
 """
 
 from __future__ import annotations
