@@ -89,7 +89,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os._exit(_exit_status)
 
 
-_CONFIGURED_LOGGERS = ("helix_dbos", "dbos", "uvicorn")
+_CONFIGURED_LOGGERS = ("helix_dbos", "dbos", "uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 @pytest.fixture

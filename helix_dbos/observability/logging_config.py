@@ -191,8 +191,9 @@ def configure_logging(
         for old in [h for h in log.handlers if h.name == _HANDLER_NAME]:
             log.removeHandler(old)
         if name in ("uvicorn.error", "uvicorn.access"):
-            # They propagate to "uvicorn", which has the handler.
-            log.handlers = [h for h in log.handlers if h.name != _HANDLER_NAME]
+            # They propagate to "uvicorn", which has the handler, and take its level.
+            log.propagate = True
+            log.setLevel(logging.NOTSET)
             continue
         for dbos_console in [h for h in log.handlers if h.name == "__dbos_console_log_handler__"]:
             log.removeHandler(dbos_console)

@@ -28,6 +28,8 @@ def test_parse_level_is_case_insensitive_and_refuses_unknown_names() -> None:
 @pytest.mark.usefixtures("restore_logging")
 def test_text_lines_carry_time_level_event_and_fields() -> None:
     out = io.StringIO()
+    # Another library (or an earlier server in this process) left uvicorn's logger quiet.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     configure_logging("text", "debug", stream=out)
     log_event("client_tool.suspended", sessionId="ses_1", toolCallId="c 1", deadlineAt=5)
     logging.getLogger("uvicorn.error").info("Uvicorn running on http://127.0.0.1:1")

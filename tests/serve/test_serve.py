@@ -187,9 +187,12 @@ def test_json_logs_at_debug_show_the_client_tool_events(tmp_path: Path) -> None:
     level (DBOS_LOG_LEVEL, default warning); an abort is not an ERROR."""
     env = serve_env(tmp_path, HELIX_AUTH_SECRET=SECRET, HELIX_LOG_LEVEL="DEBUG")
     with (
-        serving(["--log-format", "json"], env, tmp_path) as served,
+        serving(["--log-format", "json", "--verbose-validation-errors"], env, tmp_path) as served,
         httpx.Client(base_url=served.url) as client,
     ):
+        # --verbose-validation-errors: a 400 says what failed (development only).
+        invalid = client.post("/start", json={"agentType": "editor"})
+        assert invalid.status_code == 400 and invalid.json()["details"][0]["loc"] == ["message"]
         first = client.post("/start", json={"agentType": "editor", "message": "hi"}).json()
         auth = {"Authorization": f"Bearer {first['token']}"}
         wait_parked(client, first["sessionId"], auth)
