@@ -15,7 +15,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -90,22 +91,17 @@ def _configure_migrate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _run_migrate(args: argparse.Namespace) -> int:
+@contextmanager
+def _database_errors(shown: str) -> Iterator[None]:
+    """Turn a configuration, migration or database failure into one CommandError line."""
     # Imported here: SQLAlchemy and Alembic are not needed for `helix-dbos --help`.
     import sqlalchemy.exc
     from alembic.util import CommandError as AlembicCommandError
 
-    from .config import parse_database_url, redact_url
     from .errors import HelixError
-    from .store import migrate
 
-    url = _database_url(args.database_url)
-    shown = redact_url(url)
     try:
-        parse_database_url(url)
-        before = migrate.current_revision(url)
-        after = migrate.upgrade(url, args.revision)
-        head = migrate.head_revision()
+        yield
     except HelixError as exc:
         raise CommandError(exc.message) from None
     except AlembicCommandError as exc:
@@ -120,6 +116,19 @@ def _run_migrate(args: argparse.Namespace) -> int:
         raise CommandError(f"the migration of {shown} failed: {detail}{hint}") from None
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise CommandError(f"cannot migrate {shown}: {_first_line(exc)}") from None
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    from .config import parse_database_url, redact_url
+    from .store import migrate
+
+    url = _database_url(args.database_url)
+    shown = redact_url(url)
+    with _database_errors(shown):
+        parse_database_url(url)
+        before = migrate.current_revision(url)
+        after = migrate.upgrade(url, args.revision)
+        head = migrate.head_revision()
 
     if args.json:
         print(json.dumps({"revision": after, "previous": before, "head": head, "database": shown}))
@@ -144,6 +153,14 @@ register(
 
 
 def _configure_serve(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "app",
+        nargs="?",
+        metavar="APP",
+        help="module:attribute naming an Agent, a list of agents or an AgentRegistry, "
+        "imported from the working directory (default: the demo agents, on the model "
+        "HELIX_LLM names)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     parser.add_argument(
@@ -152,14 +169,34 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         help="serve without authentication when HELIX_AUTH_SECRET is not set "
         "(only behind a proxy that authenticates)",
     )
+    parser.add_argument(
+        "--chat-agent",
+        metavar="NAME",
+        help="the agent POST /chat runs (default: the first agent served)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="one line per log record: text (default) or JSON lines",
+    )
+    parser.add_argument(
+        "--verbose-validation-errors",
+        action="store_true",
+        help="add validation details to 400 answers (they reveal the schemas: development)",
+    )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     # Imported here: the web stack and DBOS are not needed for `helix-dbos --help`.
     import uvicorn
 
+    from .config import HelixSettings, redact_url
     from .errors import HelixError
     from .http.app import AUTH_SECRET_ENV, create_app
+    from .loader import load_agents
+    from .observability.logging_config import configure_logging
+    from .store import migrate
 
     if not os.environ.get(AUTH_SECRET_ENV) and not args.allow_unauthenticated:
         raise CommandError(
@@ -167,12 +204,31 @@ def _run_serve(args: argparse.Namespace) -> int:
             "tokens, or pass --allow-unauthenticated behind an authenticating proxy"
         )
     try:
-        app = create_app(allow_unauthenticated=args.allow_unauthenticated)
+        configure_logging(args.log_format)
+        settings = HelixSettings.from_env()
+        agents = load_agents(args.app) if args.app else None
     except HelixError as exc:
         raise CommandError(exc.message) from None
+    # Check the database before the server starts, so a wrong URL, a missing database or
+    # tables behind the code are one line here, not a traceback from the app's startup.
+    with _database_errors(redact_url(settings.database_url)):
+        if settings.run_migrations:
+            migrate.upgrade(settings.database_url)
+        else:
+            migrate.require_current_schema(settings.database_url)
+        app = create_app(
+            agents=agents,
+            settings=settings,
+            allow_unauthenticated=args.allow_unauthenticated,
+            verbose_validation_errors=args.verbose_validation_errors,
+            chat_agent_type=args.chat_agent,
+        )
     # An open event stream of a running turn would hold a graceful shutdown forever; after
     # the grace period it is closed (its client resumes with Last-Event-ID elsewhere).
-    config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=10)
+    # log_config=None: the logging configured above stays as it is.
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, timeout_graceful_shutdown=10, log_config=None
+    )
     server = uvicorn.Server(config)
     server.run()
     if not server.started:
@@ -183,7 +239,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 register(
     Command(
         name="serve",
-        help="run the agent server (the demo agents) over HTTP",
+        help="run the agent server over HTTP: your agents (APP) or the demo agents",
         configure=_configure_serve,
         run=_run_serve,
     )

@@ -18,8 +18,11 @@ Variable                       Meaning (default)
                                only checks the schema and names the command to run.
 ``HELIX_MAX_EXECUTOR_THREADS`` Bound on DBOS's thread pool (64).
 ``HELIX_SQLITE_POLL_SECONDS``  SQLite wake-up polling interval (0.05).
-``HELIX_LOG_LEVEL``            DBOS's own log level (``WARNING``).
+``DBOS_LOG_LEVEL``             DBOS's own log level (``WARNING``; any case).
 =============================  ==========================================================
+
+``HELIX_LOG_LEVEL`` (helix-dbos's own events) is read by ``helix-dbos serve``'s logging
+setup, not here: the library never configures logging (``observability/logging_config.py``).
 """
 
 from __future__ import annotations
@@ -141,6 +144,14 @@ class HelixSettings:
 
     def __post_init__(self) -> None:
         parse_database_url(self.database_url)
+        level = str(self.dbos_log_level).strip().upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(
+                f"DBOS_LOG_LEVEL={self.dbos_log_level!r} is not a log level: use debug, info, "
+                "warning or error"
+            )
+        # DBOS hands the name to logging, which knows only upper-case names.
+        object.__setattr__(self, "dbos_log_level", level)
         if self.max_result_bytes <= 0:
             raise ConfigError("max_result_bytes must be > 0")
         if (
@@ -176,7 +187,7 @@ class HelixSettings:
             "HELIX_APP_NAME": "app_name",
             "HELIX_EXECUTOR_ID": "executor_id",
             "HELIX_APP_VERSION": "application_version",
-            "HELIX_LOG_LEVEL": "dbos_log_level",
+            "DBOS_LOG_LEVEL": "dbos_log_level",
         }
         for var, name in text_vars.items():
             if env.get(var):

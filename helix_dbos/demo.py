@@ -18,7 +18,7 @@ import re
 from pydantic import BaseModel, Field
 
 from .core.agents import Agent, define_agent
-from .core.llm import LLMRequest, LLMResponse
+from .core.llm import LLM, LLMRequest, LLMResponse
 from .core.messages import Message
 from .core.tools import Tool, define_tool
 from .llm.scripted import ScriptedLLM, call, reply
@@ -167,11 +167,11 @@ def editor_script(request: LLMRequest) -> LLMResponse:
     return reply(f"{edit_text} Published the document at {url}.")
 
 
-def editor_agent(*, client_tool_timeout: float | None = None) -> Agent:
-    """The ``editor`` demo agent (a fresh scripted model each call)."""
+def editor_agent(*, client_tool_timeout: float | None = None, llm: LLM | None = None) -> Agent:
+    """The ``editor`` demo agent: on ``llm``, else a fresh scripted model."""
     return define_agent(
         EDITOR_AGENT,
-        llm=ScriptedLLM(editor_script, name="scripted-editor"),
+        llm=llm or ScriptedLLM(editor_script, name="scripted-editor"),
         instructions="You edit the user's document with editContent and publish it with "
         "publishDocument when asked.",
         tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],
@@ -179,6 +179,9 @@ def editor_agent(*, client_tool_timeout: float | None = None) -> Agent:
     )
 
 
-def demo_agents(*, client_tool_timeout: float | None = None) -> list[Agent]:
-    """Every demo agent, for ``AgentRuntime(demo_agents())`` and the standalone server."""
-    return [editor_agent(client_tool_timeout=client_tool_timeout)]
+def demo_agents(*, client_tool_timeout: float | None = None, llm: LLM | None = None) -> list[Agent]:
+    """Every demo agent, for ``AgentRuntime(demo_agents())`` and the standalone server.
+
+    ``llm`` replaces the scripted model (the server passes the one ``HELIX_LLM`` names).
+    """
+    return [editor_agent(client_tool_timeout=client_tool_timeout, llm=llm)]

@@ -6,6 +6,7 @@ Postgres comes from ``HELIX_TEST_PG_URL`` (an admin URL; default the local serve
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import uuid
@@ -86,3 +87,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
+
+
+_CONFIGURED_LOGGERS = ("helix_dbos", "dbos", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """``helix-dbos serve`` configures process-wide loggers: put them back afterwards."""
+    saved = {}
+    for name in _CONFIGURED_LOGGERS:
+        log = logging.getLogger(name)
+        saved[name] = (list(log.handlers), log.propagate, log.level)
+    yield
+    for name, (handlers, propagate, level) in saved.items():
+        log = logging.getLogger(name)
+        log.handlers = handlers
+        log.propagate = propagate
+        log.setLevel(level)

@@ -134,7 +134,7 @@ def test_from_env_reads_helix_variables() -> None:
         "HELIX_RUN_MIGRATIONS": "false",
         "HELIX_MAX_EXECUTOR_THREADS": "8",
         "HELIX_SQLITE_POLL_SECONDS": "0.5",
-        "HELIX_LOG_LEVEL": "INFO",
+        "DBOS_LOG_LEVEL": "info",
         "UNRELATED": "ignored",
     }
     s = HelixSettings.from_env(env)

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -148,5 +149,41 @@ def test_docker_compose_runs_the_server_on_postgres() -> None:
         f"postgresql://{env['POSTGRES_USER']}:{env['POSTGRES_PASSWORD']}"
         f"@postgres:5432/{env['POSTGRES_DB']}"
     )
-    assert "helix-dbos serve --host 0.0.0.0" in " ".join(server["command"])
+    assert server["build"] == {"context": ".", "dockerfile": "Dockerfile"}
+    assert "command" not in server, "the image's CMD runs the server"
     assert server["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_the_dockerfile_installs_the_package_and_runs_a_real_cli_command() -> None:
+    """What docker-compose builds: every COPY source exists, the package is pip-installed,
+    and CMD (exec form) is a `helix-dbos serve` command line the CLI's parser accepts."""
+    from helix_dbos.cli import build_parser
+
+    steps = _dockerfile()
+    assert steps[0][0] == "FROM" and steps[0][1].startswith("python:3.11")
+    for keyword, rest in steps:
+        if keyword == "COPY":
+            *sources, _ = rest.split()
+            assert all((ROOT / s).exists() for s in sources), rest
+    copied = {rest.split()[0] for k, rest in steps if k == "COPY"}
+    # Everything pyproject's packages need to build: the package and the Alembic folder.
+    assert {"helix_dbos", "alembic"} <= copied
+    assert any(k == "RUN" and "pip install ." in rest for k, rest in steps)
+    (cmd,) = [json.loads(rest) for k, rest in steps if k == "CMD"]
+    assert cmd[:2] == ["helix-dbos", "serve"]
+    args = build_parser().parse_args(cmd[1:])
+    assert (args.command, args.host, args.port) == ("serve", "0.0.0.0", 8000)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["helix-dbos"] == "helix_dbos.cli:main"

@@ -12,12 +12,13 @@ from .auth import (
     SessionTokens,
     TokenIssuer,
     request_body,
+    request_principal,
     request_session_id,
     session_token_auth,
 )
 from .chat import create_chat_router
 from .errors import error_response, install_error_handlers
-from .limits import DEFAULT_SUBMIT_RATE_LIMIT
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
 from .router import create_router
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "AuthHook",
     "AuthResult",
     "SessionTokens",
+    "SlidingWindowLimiter",
     "TokenIssuer",
     "create_app",
     "create_chat_router",
@@ -33,6 +35,7 @@ __all__ = [
     "install_error_handlers",
     "lifespan_for",
     "request_body",
+    "request_principal",
     "request_session_id",
     "session_token_auth",
 ]

@@ -2,16 +2,16 @@
 
 ``lifespan_for(runtime)`` launches the runtime when the app starts and shuts it down when the
 app stops (DBOS is launched once per process). ``create_app`` builds the standalone server:
-the demo agents unless given a runtime, session tokens when ``HELIX_AUTH_SECRET`` is set, and
-a refusal to build without authentication unless ``allow_unauthenticated=True``. It serves the
-API documentation from local files (``/docs``, ``/redoc``) and, when the runtime serves the demo
-agent, the demo page at ``/``.
+the given agents (or the demo agents, on the model ``HELIX_LLM`` names, else the scripted
+one), session tokens when ``HELIX_AUTH_SECRET`` is set, and a refusal to build without
+authentication unless ``allow_unauthenticated=True``. It serves the API documentation from local
+files (``/docs``, ``/redoc``) and, when the runtime serves the demo agent, the demo page at ``/``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -19,15 +19,17 @@ from fastapi import FastAPI
 
 from .. import __version__
 from ..config import HelixSettings
+from ..core.agents import Agent, AgentRegistry
 from ..demo import demo_agents
 from ..errors import ConfigError
+from ..llm.factory import infer_llm
 from ..runtime.runtime import AgentRuntime
 from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router
 from .demo_page import install_demo_page, serves_demo_agent
 from .errors import install_error_handlers
-from .limits import DEFAULT_SUBMIT_RATE_LIMIT
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT, limiter_for
 from .router import create_router
 
 __all__ = ["AUTH_SECRET_ENV", "create_app", "lifespan_for"]
@@ -54,9 +56,16 @@ def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextM
     return lifespan
 
 
+def _demo() -> list[Agent]:
+    """The demo agents, on the model ``HELIX_LLM`` names (else the scripted one)."""
+    spec = os.environ.get("HELIX_LLM", "").strip()
+    return demo_agents(llm=infer_llm(spec) if spec else None)
+
+
 def create_app(
     runtime: AgentRuntime | None = None,
     *,
+    agents: Agent | Iterable[Agent] | AgentRegistry | None = None,
     settings: HelixSettings | None = None,
     allow_unauthenticated: bool = False,
     auth_secret: str | None = None,
@@ -64,13 +73,17 @@ def create_app(
     service_name: str | None = None,
     rate_limit_per_minute: int | None = DEFAULT_SUBMIT_RATE_LIMIT,
     verbose_validation_errors: bool = False,
-    chat_agent_type: str | None = "editor",
+    chat_agent_type: str | None = None,
+    chat: bool = True,
     demo_page: bool | None = None,
 ) -> FastAPI:
     """The standalone agent server.
 
     Args:
-        runtime: the runtime to serve; default: the demo agents on ``settings``.
+        runtime: the runtime to serve; default: ``agents`` on ``settings``.
+        agents: the agents to serve when no runtime is given (an ``Agent``, several, or an
+            ``AgentRegistry``); default: the demo agents, on the model ``HELIX_LLM`` names
+            (else the scripted model: no network, no key).
         settings: the runtime's settings when no runtime is given (default: from the
             ``HELIX_*`` environment; the database is ``HELIX_DATABASE_URL``, else the embedded
             SQLite file).
@@ -81,20 +94,36 @@ def create_app(
         service_name: tags the log events and the unauthenticated warning.
         rate_limit_per_minute: submits per minute per session (``None``: no limit).
         verbose_validation_errors: validation details in the 400 answers (development only).
-        chat_agent_type: the agent ``POST /chat`` (the AI SDK endpoint) starts; ``None`` leaves
-            it out.
+        chat_agent_type: the agent ``POST /chat`` (the AI SDK endpoint) starts; default: the
+            first agent served.
+        chat: serve the AI SDK chat routes (``/chat/sessions``, ``/chat``,
+            ``/chat/{id}/stream``) next to the agent routes.
         demo_page: serve the demo page at ``/``; default: when the runtime serves the demo
             agent (an ``editor`` agent with the client tool ``editContent``).
 
     Raises:
         ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes),
-            or ``demo_page=True`` without the demo agent.
+            an unknown ``chat_agent_type``, a ``HELIX_LLM`` that names no usable model, or
+            ``demo_page=True`` without the demo agent.
     """
     secret = auth_secret if auth_secret is not None else os.environ.get(AUTH_SECRET_ENV) or None
     if runtime is None:
+        if agents is None:
+            agents = _demo()
+        elif isinstance(agents, Agent):
+            agents = [agents]
         runtime = AgentRuntime(
-            demo_agents(), settings or HelixSettings.from_env(), service_name=service_name
+            agents, settings or HelixSettings.from_env(), service_name=service_name
         )
+    served = [agent.name for agent in runtime.registry]
+    if chat_agent_type is None and served:
+        chat_agent_type = served[0]
+    if chat and chat_agent_type not in runtime.registry:
+        raise ConfigError(
+            f"The chat agent {chat_agent_type!r} is not served (agents: {', '.join(served)})"
+        )
+    # One window per session for the agent routes and the chat: one documented limit.
+    limiter = limiter_for(rate_limit_per_minute)
     authenticate: AuthHook | None = None
     issuer: TokenIssuer | None = None
     if secret:
@@ -105,7 +134,7 @@ def create_app(
         allow_unauthenticated=allow_unauthenticated and authenticate is None,
         service_name=service_name,
         verbose_validation_errors=verbose_validation_errors,
-        rate_limit_per_minute=rate_limit_per_minute,
+        rate_limit_per_minute=limiter,
         token_issuer=issuer,
     )
     if demo_page is None:
@@ -124,7 +153,7 @@ def create_app(
     if demo_page:
         install_demo_page(app)
     app.include_router(router)
-    if chat_agent_type is not None:
+    if chat and chat_agent_type is not None:
         # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
         app.include_router(
             create_chat_router(
@@ -134,7 +163,8 @@ def create_app(
                 allow_unauthenticated=allow_unauthenticated and authenticate is None,
                 service_name=service_name,
                 verbose_validation_errors=verbose_validation_errors,
-                rate_limit_per_minute=rate_limit_per_minute,
+                rate_limit_per_minute=limiter,
+                token_issuer=issuer,
             )
         )
     app.state.runtime = runtime

@@ -1,8 +1,10 @@
 """The authenticate hook, and a ready-made one: short-lived session-bound HMAC tokens.
 
 The hook runs before every route's handler with the request and the operation name
-(``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``).
-It returns ``True`` (accept), ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (a
+(``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``,
+and the chat's ``chat-new``, ``chat``, ``chat-stream``). It returns ``True`` or
+``{"ok": True, "principal": ...}`` (accept; ``request_principal(request)`` is the principal),
+``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with ``"ok": False``: a
 custom refusal, e.g. 403). It may be sync or async. Anything else refuses (fail closed).
 
 Before the hook runs, the router has read and parsed the body: ``request_session_id(request)``
@@ -34,6 +36,7 @@ __all__ = [
     "SessionTokens",
     "TokenIssuer",
     "request_body",
+    "request_principal",
     "request_session_id",
     "run_authenticate",
     "session_token_auth",
@@ -49,14 +52,17 @@ OPERATIONS = (
     "interrupt",
     "abort",
     "submit-tool-result",
+    "chat-new",
     "chat",
     "chat-stream",
     "retry",
     "checkpoints",
 )
+#: The operations that create a session: nothing exists yet to bind a token to.
+NEW_SESSION_OPERATIONS = frozenset({"start", "chat-new"})
 
 AuthResult = bool | Mapping[str, Any]
-"""``True``, ``False`` or ``{"error": str, "status": int}``."""
+"""``True``, ``{"ok": True, "principal": ...}``, ``False`` or ``{"error": str, "status": int}``."""
 AuthHook = Callable[[Request, str], AuthResult | Awaitable[AuthResult]]
 """``authenticate(request, operation)``, sync or async."""
 TokenIssuer = Callable[[str], str]
@@ -64,6 +70,7 @@ TokenIssuer = Callable[[str], str]
 
 _SESSION_KEY = "helix_session_id"
 _BODY_KEY = "helix_body"
+_PRINCIPAL_KEY = "helix_principal"
 
 
 def request_session_id(request: Request) -> str | None:
@@ -77,6 +84,11 @@ def request_body(request: Request) -> Any:
     return getattr(request.state, _BODY_KEY, None)
 
 
+def request_principal(request: Request) -> Any:
+    """The ``principal`` the hook accepted the request with (``None`` when it gave none)."""
+    return getattr(request.state, _PRINCIPAL_KEY, None)
+
+
 def set_request_context(request: Request, session_id: str | None, body: Any) -> None:
     """Record what the hook may read (the router calls this before ``run_authenticate``)."""
     setattr(request.state, _SESSION_KEY, session_id)
@@ -88,7 +100,8 @@ async def run_authenticate(hook: AuthHook | None, request: Request, operation: s
 
     Raises:
         AuthError: the hook returned ``False`` (401), ``{error, status}`` (that status, a 4xx;
-            anything else is answered 401), or anything that is not ``True``.
+            anything else is answered 401), or anything that is not ``True`` or
+            ``{"ok": True, ...}``.
     """
     if hook is None:
         return
@@ -96,6 +109,9 @@ async def run_authenticate(hook: AuthHook | None, request: Request, operation: s
     if inspect.isawaitable(outcome):
         outcome = await outcome
     if outcome is True:
+        return
+    if isinstance(outcome, Mapping) and outcome.get("ok") is True:
+        setattr(request.state, _PRINCIPAL_KEY, outcome.get("principal"))
         return
     if isinstance(outcome, Mapping):
         status = outcome.get("status", 401)
@@ -127,8 +143,8 @@ class SessionTokens:
     Args:
         secret: the signing key, at least 32 bytes (a random value from a secret store).
         ttl_seconds: how long an issued token is valid.
-        authorize_start: optional hook for ``/start`` without a ``sessionId`` (a new session),
-            for example your user authentication. Without it anyone who can reach the server
+        authorize_start: optional hook for a new session (``/start`` without a
+            ``sessionId``, and ``POST /chat/sessions``), for example your user authentication. Without it anyone who can reach the server
             may start new sessions (they never reach an existing one).
         clock: seconds since the epoch (tests pass their own).
 
@@ -199,7 +215,8 @@ class SessionTokens:
         """The hook: a valid token for the session the request names, else 401 / 403."""
         session_id = request_session_id(request)
         token = self.token_of(request)
-        if operation == "start" and session_id is None and token is None:
+        new_session = operation in NEW_SESSION_OPERATIONS and session_id is None
+        if new_session and token is None:
             # A brand-new session: nothing to bind yet.
             if self._authorize_start is None:
                 return True
@@ -210,7 +227,7 @@ class SessionTokens:
         bound = self.verify(token)
         if bound is None:
             return {"error": "The session token is invalid or expired", "status": 401}
-        if operation == "start" and session_id is None:
+        if new_session:
             # A token holder starting a new session is treated like anyone else.
             if self._authorize_start is None:
                 return True

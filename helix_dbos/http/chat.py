@@ -16,48 +16,39 @@ read from the request:
 ``GET /chat/{id}/stream`` is the AI SDK's reconnect: 204 when the session has no active turn;
 a parked turn replays its pending calls; a running turn streams from its current run's start.
 
-Refusals happen before any stream and are the typed ``{error, code, retryable, ...}`` answers
-of the other routes (``INVALID_RESULT``, ``approval_mismatch``, ``state_already_running``, ...).
-The authenticate hook sees the operations ``chat`` and ``chat-stream`` with the chat's id as
-``request_session_id``.
+``POST /chat/sessions`` answers a new chat id and, with session tokens, the token bound to it:
+what a browser needs before a chat's first message.
+
+Refusals happen before any stream (and before any answer of the request is stored) and are
+the typed ``{error, code, retryable, ...}`` answers of the other routes (``INVALID_RESULT``,
+``approval_mismatch``, ``state_already_running``, ...). The request goes through the shared
+pipeline (``pipeline.py``). The authenticate hook sees the operations ``chat-new`` (no
+session yet), ``chat`` and ``chat-stream`` with the chat's id as ``request_session_id``.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import (
-    InvalidResultError,
-    RequestValidationError,
-    SessionNotFoundError,
-)
+from ..errors import RequestValidationError, SessionNotFoundError
+from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime
-from ..runtime.submit import MISSING
-from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
-from .body import (
-    REQUEST_BODY_CAP_FACTOR,
-    REQUEST_INVALID_MESSAGE,
-    parse_json,
-    read_body,
-    validate_body,
-)
+from ..runtime.submit import Submission
+from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated, run_authenticate
+from .auth import set_request_context as _set_context
+from .body import REQUEST_INVALID_MESSAGE
 from .errors import HelixRoute
-from .limits import limiter_for
-from .router import (
-    AUTH_RESPONSES,
-    BODY_RESPONSES,
-    RouteContext,
-    describe_issues,
-    error_response_doc,
-    raw_json_body_doc,
-)
+from .frames import KEEP_ALIVE
+from .limits import SlidingWindowLimiter, limiter_for
+from .openapi import AUTH_RESPONSES, BODY_RESPONSES, error_response_doc, raw_json_body_doc
+from .pipeline import ChatIdPath, RouteContext
 from .schemas import Identifier
 from .sse import (
     ENDED_STATUSES,
@@ -68,12 +59,11 @@ from .sse import (
 )
 from .ui_stream import DONE, UI_MESSAGE_STREAM_HEADERS, UIMessageStream, encode_chunks
 
-__all__ = ["ChatRequest", "UIMessage", "create_chat_router"]
+__all__ = ["ChatRequest", "ChatSessionResponse", "UIMessage", "create_chat_router"]
 
 #: The tool-part states that answer a pending call.
 ANSWER_STATES = frozenset({"output-available", "output-error", "approval-responded"})
 
-_KEEP_ALIVE = b": keep-alive\n\n"
 _PAGE = 1000
 
 
@@ -99,18 +89,14 @@ class ChatRequest(BaseModel):
     message_id: str | None = Field(default=None, alias="messageId")
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """A tool part that answers a pending call, as ``submit_tool_result`` arguments."""
+class ChatSessionResponse(BaseModel):
+    """``POST /chat/sessions``: a new chat id and the token bound to it."""
 
-    tool_call_id: str
-    kind: Literal["client-tool-result", "approval-response"]
-    result: Any = MISSING
-    error: str | None = None
-    approval_id: str | None = None
-    approved: bool | None = None
-    reason: str | None = None
-    shown_input: dict[str, Any] | None = None
+    id: str
+    """The chat's id: send it as the AI SDK chat's ``id``."""
+    token: str | None = None
+    """A short-lived token bound to ``id`` (``Authorization: Bearer``); present when session
+    tokens are enabled."""
 
 
 def _invalid(cause: str) -> RequestValidationError:
@@ -122,15 +108,18 @@ def _is_tool_part(part: dict[str, Any]) -> bool:
     return isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")
 
 
-def answers_in(message: UIMessage, pending: dict[str, dict[str, Any]]) -> list[_Answer]:
-    """The answers an assistant message carries for the ``pending`` calls (by tool-call id).
+def answers_in(
+    session_id: str, message: UIMessage, pending: dict[str, dict[str, Any]]
+) -> list[Submission]:
+    """The answers an assistant message carries for the ``pending`` calls (by tool-call id),
+    as submits on ``session_id``.
 
     Parts for other calls (earlier steps' history, server tools) are ignored.
 
     Raises:
         RequestValidationError: a part answering a pending call has the wrong shape.
     """
-    out: list[_Answer] = []
+    out: list[Submission] = []
     for part in message.parts:
         if not _is_tool_part(part) or part.get("state") not in ANSWER_STATES:
             continue
@@ -153,7 +142,8 @@ def answers_in(message: UIMessage, pending: dict[str, dict[str, Any]]) -> list[_
             ):
                 raise _invalid("approval")
             out.append(
-                _Answer(
+                Submission(
+                    session_id,
                     tool_call_id,
                     "approval-response",
                     approval_id=approval_id,
@@ -163,12 +153,16 @@ def answers_in(message: UIMessage, pending: dict[str, dict[str, Any]]) -> list[_
                 )
             )
         elif state == "output-available":
-            out.append(_Answer(tool_call_id, "client-tool-result", result=part.get("output")))
+            out.append(
+                Submission(
+                    session_id, tool_call_id, "client-tool-result", result=part.get("output")
+                )
+            )
         elif state == "output-error":
             text = part.get("errorText")
             if not isinstance(text, str):
                 raise _invalid("error_text")
-            out.append(_Answer(tool_call_id, "client-tool-result", error=text))
+            out.append(Submission(session_id, tool_call_id, "client-tool-result", error=text))
         else:
             raise _invalid("state")
     return out
@@ -229,7 +223,7 @@ async def ui_message_stream(
     yield encode_chunks(ui.start())
     async for item in follow_events(runtime, session_id, after, poll_seconds):
         if item is None:
-            yield _KEEP_ALIVE
+            yield KEEP_ALIVE
             continue
         if item.type == "suspended":
             view = await runtime.status(session_id)
@@ -268,67 +262,31 @@ def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 class _Chat:
-    def __init__(self, api: RouteContext, agent_type: str, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        api: RouteContext,
+        agent_type: str,
+        poll_seconds: float,
+        token_issuer: TokenIssuer | None,
+    ) -> None:
         self.api = api
         self.runtime = api.runtime
         self.agent_type = agent_type
         self.poll_seconds = poll_seconds
+        self.token_issuer = token_issuer
 
-    async def body(self, request: Request) -> ChatRequest:
-        """Guard, read and parse the body, authenticate (``chat``), then validate it."""
-        api = self.api
-        cap = self.runtime.max_result_bytes * REQUEST_BODY_CAP_FACTOR
-        raw = await read_body(request, cap, message=REQUEST_INVALID_MESSAGE, route="chat")
-        parsed: Any = None
-        parse_error: str | None = None
-        try:
-            parsed = parse_json(raw)
-        except ValueError as exc:
-            parse_error = str(exc)
-        named = parsed.get("id") if isinstance(parsed, dict) else None
-        set_request_context(request, named if isinstance(named, str) else None, parsed)
-        await run_authenticate(api.authenticate, request, "chat")
-        if parse_error is not None:
-            details = {"cause": "json"}
-            if api.verbose:
-                details["details"] = parse_error
-            raise RequestValidationError(REQUEST_INVALID_MESSAGE, **details)
-        return validate_body(
-            ChatRequest, parsed, message=REQUEST_INVALID_MESSAGE, verbose=api.verbose
-        )
-
-    async def submit(self, session_id: str, answer: _Answer) -> str | None:
-        """Submit one answer; the kind of its continuation (``None``: nothing matched)."""
-        if self.api.limiter is not None:
-            self.api.limiter.hit(session_id)
-        try:
-            out = await self.runtime.submit_tool_result(
-                session_id,
-                answer.tool_call_id,
-                result=answer.result,
-                error=answer.error,
-                kind=answer.kind,
-                approval_id=answer.approval_id,
-                approved=answer.approved,
-                reason=answer.reason,
-                shown_input=answer.shown_input,
-            )
-        except InvalidResultError as exc:
-            if self.api.verbose:
-                exc.message = describe_issues(exc)
-                exc.details["issues"] = exc.issues
-            raise
-        except RequestValidationError as exc:
-            extra: dict[str, Any] = {"cause": "submit"}
-            if self.api.verbose:
-                extra["details"] = exc.message
-            raise RequestValidationError(REQUEST_INVALID_MESSAGE, **extra) from None
-        if out.continuation is None:
-            return None
-        return out.continuation.kind
+    async def new_session(self, request: Request) -> Response:
+        """A new chat id, and its token when tokens are on (the hook sees ``chat-new``)."""
+        _set_context(request, None, None)
+        await run_authenticate(self.api.authenticate, request, "chat-new")
+        chat_id = f"ses_{uuid.uuid4().hex}"
+        out: dict[str, Any] = {"id": chat_id}
+        if self.token_issuer is not None:
+            out["token"] = self.token_issuer(chat_id)
+        return JSONResponse(out)
 
     async def post(self, request: Request) -> Response:
-        body = await self.body(request)
+        body = await self.api.body(request, ChatRequest, "chat", session_key="id")
         if body.trigger == "regenerate-message":
             # Regenerating would rewrite the server's history; send a new message instead.
             raise _invalid("trigger")
@@ -358,11 +316,12 @@ class _Chat:
     ) -> Response:
         view = await self.runtime.status(session_id)
         pending = {p["toolCallId"]: p for p in view["pendingToolCalls"]}
-        answers = answers_in(message, pending)
+        answers = answers_in(session_id, message, pending)
         if not answers:
             return _stream(_finished_stream(message_id))
         after = await _last_sequence(self.runtime, session_id)
-        kinds = [await self.submit(session_id, answer) for answer in answers]
+        stored = await self.api.submit(answers, message=REQUEST_INVALID_MESSAGE)
+        kinds = [a.continuation.kind for a in stored if a.continuation is not None]
         if "new_run" not in kinds:
             return _stream(_finished_stream(message_id))
         return _stream(
@@ -399,23 +358,29 @@ def create_chat_router(
     allow_unauthenticated: bool = False,
     service_name: str | None = None,
     verbose_validation_errors: bool = False,
-    rate_limit_per_minute: int | None = None,
+    rate_limit_per_minute: int | SlidingWindowLimiter | None = None,
     poll_seconds: float = POLL_SECONDS,
+    token_issuer: TokenIssuer | None = None,
 ) -> APIRouter:
-    """A Vercel AI SDK compatible chat endpoint over ``runtime``: ``POST /chat`` and
-    ``GET /chat/{id}/stream`` (see the module docstring and docs/ai-sdk.md).
+    """A Vercel AI SDK compatible chat endpoint over ``runtime``: ``POST /chat/sessions``,
+    ``POST /chat`` and ``GET /chat/{id}/stream`` (see the module docstring and docs/ai-sdk.md).
 
     Args:
         runtime: the runtime to serve (launched by the app's lifespan: ``lifespan_for``).
         agent_type: the agent every chat runs.
-        authenticate: ``authenticate(request, operation)`` with the operations ``chat`` and
-            ``chat-stream``; ``request_session_id(request)`` is the chat's id.
+        authenticate: ``authenticate(request, operation)`` with the operations ``chat-new``,
+            ``chat`` and ``chat-stream``; ``request_session_id(request)`` is the chat's id
+            (``None`` for ``chat-new``).
         allow_unauthenticated: serve without a hook (only behind an authenticating proxy).
-        service_name: names this deployment in the unauthenticated-mode warning.
+        service_name: tags every log event with ``service`` (one name per process) and names
+            this deployment in the unauthenticated-mode warning.
         verbose_validation_errors: validation details in the 400 answers (development only).
         rate_limit_per_minute: tool answers per minute per chat; ``True`` for the default
-            (``DEFAULT_SUBMIT_RATE_LIMIT``); ``None`` disables the limit.
+            (``DEFAULT_SUBMIT_RATE_LIMIT``); ``None`` disables the limit. Pass the
+            ``SlidingWindowLimiter`` given to ``create_router`` to share each session's window.
         poll_seconds: how often an open stream polls the store for new events.
+        token_issuer: ``issue(chat_id) -> token``; ``POST /chat/sessions`` answers its
+            ``token`` (``session_token_auth`` builds one).
 
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
@@ -427,11 +392,14 @@ def create_chat_router(
         "chat endpoint",
         "chats",
     )
+    if service_name:
+        set_service_name(service_name)
     limiter = limiter_for(rate_limit_per_minute)
     chat = _Chat(
         RouteContext(runtime, authenticate, verbose_validation_errors, limiter),
         agent_type,
         poll_seconds,
+        token_issuer,
     )
     router = APIRouter(route_class=HelixRoute)
     stream_doc = {
@@ -439,6 +407,18 @@ def create_chat_router(
         "`data: [DONE]`).",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
+
+    @router.post(
+        "/chat/sessions",
+        summary="Create a chat (Vercel AI SDK): a new chat id and its session token",
+        description="Call it before a chat's first message. The authenticate hook sees the "
+        "operation `chat-new` (an embedding app gates it with its own user authentication). "
+        "Send `id` as the chat's id and `token` as `Authorization: Bearer` on `/chat`.",
+        response_model=ChatSessionResponse,
+        responses=AUTH_RESPONSES,
+    )
+    async def new_chat(request: Request) -> Response:
+        return await chat.new_session(request)
 
     @router.post(
         "/chat",
@@ -483,7 +463,7 @@ def create_chat_router(
     )
     async def chat_stream(
         request: Request,
-        chat_id: str = Path(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"),
+        chat_id: ChatIdPath,
     ) -> Response:
         return await chat.reconnect(request, chat_id)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ..errors import ConfigError, RateLimitedError
 
-__all__ = ["DEFAULT_SUBMIT_RATE_LIMIT", "SlidingWindowLimiter"]
+__all__ = ["DEFAULT_SUBMIT_RATE_LIMIT", "SlidingWindowLimiter", "limiter_for"]
 
 #: Submits per minute per session when the limit is enabled (ordinary client-tool pacing).
 DEFAULT_SUBMIT_RATE_LIMIT = 60
@@ -46,12 +46,12 @@ class SlidingWindowLimiter:
         self._clock = clock
         self._hits: dict[str, deque[float]] = {}
 
-    def hit(self, key: str) -> None:
-        """Count one hit for ``key``.
+    def hit(self, key: str, count: int = 1) -> None:
+        """Count ``count`` hits for ``key`` (all or none).
 
         Raises:
-            RateLimitedError: the window is full; nothing is counted (the caller stores
-                nothing), and ``retryAfterSeconds`` says when a slot frees up.
+            RateLimitedError: the window has no room for them; nothing is counted (the caller
+                stores nothing), and ``retryAfterSeconds`` says when enough slots free up.
         """
         now = self._clock()
         hits = self._hits.get(key)
@@ -61,23 +61,32 @@ class SlidingWindowLimiter:
             hits = self._hits[key] = deque()
         while hits and hits[0] <= now - self.window:
             hits.popleft()
-        if len(hits) >= self.limit:
-            retry_after = max(1, math.ceil(hits[0] + self.window - now))
+        if len(hits) + count > self.limit:
+            # The oldest hit whose expiry makes room for ``count`` (a request over the whole
+            # limit never fits: it is told to wait one window).
+            index = len(hits) + count - self.limit - 1
+            oldest = hits[index] if index < len(hits) else now
+            retry_after = max(1, math.ceil(oldest + self.window - now))
             raise RateLimitedError(
                 f"Too many submits for this session: at most {self.limit} per minute",
                 retryAfterSeconds=retry_after,
                 limit=self.limit,
             )
-        hits.append(now)
+        hits.extend([now] * count)
 
     def _sweep(self, now: float) -> None:
         for key in [k for k, v in self._hits.items() if not v or v[-1] <= now - self.window]:
             del self._hits[key]
 
 
-def limiter_for(rate_limit_per_minute: int | bool | None) -> SlidingWindowLimiter | None:
+def limiter_for(
+    rate_limit_per_minute: int | bool | SlidingWindowLimiter | None,
+) -> SlidingWindowLimiter | None:
     """The per-session limiter a router option asks for: ``True`` is the default rate,
-    ``None`` or ``False`` none."""
+    ``None`` or ``False`` none; a ``SlidingWindowLimiter`` is used as it is (routers given the
+    same one share each session's window)."""
+    if isinstance(rate_limit_per_minute, SlidingWindowLimiter):
+        return rate_limit_per_minute
     if rate_limit_per_minute is True:
         return SlidingWindowLimiter(DEFAULT_SUBMIT_RATE_LIMIT)
     if rate_limit_per_minute is None or rate_limit_per_minute is False:

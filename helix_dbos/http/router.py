@@ -1,14 +1,9 @@
 """``create_router``: the agent server's routes over one ``AgentRuntime``.
 
-Each handler guards and parses its request, authenticates it, calls one runtime method and
-answers a typed body; there is no business logic here. The order on a body route:
-
-1. the size guard (Content-Length against ``runtime.max_result_bytes`` x 4, before reading)
-   and the media type; 2. read (counting bytes) and parse the JSON (bounded depth);
-3. the authenticate hook (it can see the session the body names); 4. validate against the
-   route's model; 5. the submit rate limit (submits only); 6. the runtime call.
-
-Every refusal is ``{error, code, retryable, ...}`` with the error's status (see ``errors.py``).
+Each handler goes through the shared request pipeline (``pipeline.py``: guard, read and parse
+the body, authenticate, validate, rate-limit submits), calls one runtime method and answers a
+typed body; there is no business logic here. Every refusal is ``{error, code, retryable,
+...}`` with the error's status (see ``errors.py``).
 """
 
 from __future__ import annotations
@@ -16,41 +11,24 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
-from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import (
-    VALIDATION_ERROR_MESSAGE,
-    InvalidResultError,
-    RequestValidationError,
-)
+from ..errors import VALIDATION_ERROR_MESSAGE, RequestValidationError
+from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime
-from ..runtime.submit import MISSING
-from .auth import (
-    AuthHook,
-    TokenIssuer,
-    refuse_unless_authenticated,
-    run_authenticate,
-    set_request_context,
-)
-from .body import (
-    REQUEST_BODY_CAP_FACTOR,
-    REQUEST_INVALID_MESSAGE,
-    M,
-    parse_json,
-    read_body,
-    validate_body,
-)
+from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated
+from .body import REQUEST_INVALID_MESSAGE
 from .errors import HelixRoute
+from .frames import SSE_HEADERS
 from .limits import SlidingWindowLimiter, limiter_for
+from .openapi import BODY_RESPONSES, QUERY_RESPONSES, error_response_doc, raw_json_body_doc
+from .pipeline import RouteContext, SessionIdQuery, identifier
 from .schemas import (
     ChatSubmitToolResultRequest,
     CheckpointsResponse,
     ControlRequest,
     ControlResponse,
-    ErrorBody,
-    Identifier,
     ResumeRequest,
     RetryRequest,
     StartRequest,
@@ -68,186 +46,36 @@ __all__ = ["create_router"]
 #: Largest sequence a client may name (beyond it a number is not exact in JavaScript anyway).
 MAX_SEQUENCE = 2**53
 
-_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
-_SSE_HEADERS = {
-    "Cache-Control": "no-cache",
-    "Connection": "keep-alive",
-    # Proxies such as nginx buffer responses by default, which would hold events back.
-    "X-Accel-Buffering": "no",
-}
 
-
-def error_response_doc(description: str, model: type[BaseModel] = ErrorBody) -> dict[str, Any]:
-    return {"model": model, "description": description}
-
-
-AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: error_response_doc(
-        "`unauthorized`: the authenticate hook refused (missing/invalid/expired token)."
-    ),
-    403: error_response_doc("`forbidden`: authenticated, but not for this session."),
-    500: error_response_doc(
-        "`framework_internal_error`: an unexpected failure (nothing about it is revealed)."
-    ),
-}
-BODY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **AUTH_RESPONSES,
-    400: error_response_doc(
-        "`validation_error`: not JSON, nested too deeply, or not a valid body "
-        "(fixed message; `details` only with verbose validation errors)."
-    ),
-    411: error_response_doc(
-        "`validation_error` with `cause: length_required`: Transfer-Encoding without "
-        "Content-Length."
-    ),
-    413: error_response_doc(
-        "`validation_payload_too_large` with `cause: request_body`: the body is over "
-        "the request-body guard (`limitBytes`, `sizeBytes`)."
-    ),
-    415: error_response_doc(
-        "`validation_error` with `cause: content_type`: the body is not `application/json`."
-    ),
-}
-_QUERY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **AUTH_RESPONSES,
-    400: error_response_doc("`validation_error`: a missing or invalid query parameter or header."),
-    404: error_response_doc("`state_not_found`: no such session."),
-}
-
-
-def raw_json_body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI for a body the handler parses itself from raw bytes."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
-        }
-    }
-
-
-class RouteContext:
-    """What every handler shares: the runtime, the hook and the options."""
-
-    def __init__(
-        self,
-        runtime: AgentRuntime,
-        authenticate: AuthHook | None,
-        verbose: bool,
-        limiter: SlidingWindowLimiter | None,
-    ) -> None:
-        self.runtime = runtime
-        self.authenticate = authenticate
-        self.verbose = verbose
-        self.limiter = limiter
-
-    async def body(
-        self,
-        request: Request,
-        model: type[M],
-        operation: str,
-        *,
-        message: str = REQUEST_INVALID_MESSAGE,
-        path_session_id: str | None = None,
-    ) -> M:
-        # The guard is read from the runtime on every request: one limit, configured once.
-        cap = self.runtime.max_result_bytes * REQUEST_BODY_CAP_FACTOR
-        raw = await read_body(request, cap, message=message, route=operation)
-        parsed: Any = None
-        parse_error: str | None = None
-        try:
-            parsed = parse_json(raw)
-        except ValueError as exc:
-            parse_error = str(exc)
-        session_id = path_session_id
-        if session_id is None and isinstance(parsed, dict):
-            named = parsed.get("sessionId")
-            session_id = named if isinstance(named, str) else None
-        set_request_context(request, session_id, parsed)
-        await run_authenticate(self.authenticate, request, operation)
-        if parse_error is not None:
-            details = {"cause": "json"}
-            if self.verbose:
-                details["details"] = parse_error
-            raise RequestValidationError(message, **details)
-        return validate_body(model, parsed, message=message, verbose=self.verbose)
-
-    async def query(self, request: Request, operation: str, session_id: str) -> None:
-        set_request_context(request, session_id, None)
-        await run_authenticate(self.authenticate, request, operation)
-
-    async def submit(self, request: Request, path_session_id: str | None) -> Response:
-        body: SubmitToolResultRequest
-        if path_session_id is None:
-            body = await self.body(
-                request,
-                SubmitToolResultRequest,
-                "submit-tool-result",
-                message=VALIDATION_ERROR_MESSAGE,
-            )
-            session_id = body.session_id
-        else:
-            body = await self.body(
-                request,
-                ChatSubmitToolResultRequest,
-                "submit-tool-result",
-                message=VALIDATION_ERROR_MESSAGE,
-                path_session_id=path_session_id,
-            )
-            try:
-                session_id = _IDENTIFIER.validate_python(path_session_id)
-            except ValidationError:
-                raise RequestValidationError(VALIDATION_ERROR_MESSAGE, cause="path") from None
-            if body.session_id is not None and body.session_id != session_id:
-                raise RequestValidationError(VALIDATION_ERROR_MESSAGE, cause="session_mismatch")
-        if self.limiter is not None:
-            # After authentication: a flood without a valid credential cannot use up the
-            # budget of someone else's session. Refused submits store nothing.
-            self.limiter.hit(session_id)
-        try:
-            answer = await self.runtime.submit_tool_result(
-                session_id,
-                body.tool_call_id,
-                result=body.result if body.has_result else MISSING,
-                error=body.error,
-                kind=body.kind,
-                approval_id=body.approval_id,
-                approved=body.approved,
-                reason=body.reason,
-                edited_input=body.edited_input,
-                shown_input=body.input,
-            )
-        except InvalidResultError as exc:
-            if self.verbose:
-                exc.message = describe_issues(exc)
-                exc.details["issues"] = exc.issues
-            raise
-        except RequestValidationError as exc:
-            # The runtime's own refusals say which rule failed; the contract's message is fixed.
-            extra: dict[str, Any] = {"cause": "submit"}
-            if self.verbose:
-                extra["details"] = exc.message
-            raise RequestValidationError(VALIDATION_ERROR_MESSAGE, **extra) from None
-        out = answer.dump()
-        if answer.status == "unknown_tool_call":
-            out.update(
-                error="No pending tool call matches this submit",
-                code="unknown_tool_call",
-                retryable=False,
-            )
-            return JSONResponse(out, status_code=404)
-        return JSONResponse(out)
-
-
-def describe_issues(exc: InvalidResultError) -> str:
-    parts = []
-    for issue in exc.issues:
-        if isinstance(issue, dict):
-            loc = ".".join(str(p) for p in issue.get("loc", ())) or "result"
-            parts.append(f"{loc}: {issue.get('msg', 'invalid')}")
-    summary = "; ".join(parts) or "invalid"
-    return (
-        f"The result does not match the output schema of {exc.details.get('toolName')}: {summary}"
-    )
+async def _submit(api: RouteContext, request: Request, path_session_id: str | None) -> Response:
+    """``/submit-tool-result`` and its chat-path twin: one answer, its typed outcome."""
+    message = VALIDATION_ERROR_MESSAGE
+    if path_session_id is None:
+        body: SubmitToolResultRequest = await api.body(
+            request, SubmitToolResultRequest, "submit-tool-result", message=message
+        )
+        session_id = body.session_id
+    else:
+        body = await api.body(
+            request,
+            ChatSubmitToolResultRequest,
+            "submit-tool-result",
+            message=message,
+            path_session_id=path_session_id,
+        )
+        session_id = identifier(path_session_id, message, "path")
+        if body.session_id is not None and body.session_id != session_id:
+            raise RequestValidationError(message, cause="session_mismatch")
+    (answer,) = await api.submit([body.submission(session_id)], message=message)
+    out = answer.dump()
+    if answer.status == "unknown_tool_call":
+        out.update(
+            error="No pending tool call matches this submit",
+            code="unknown_tool_call",
+            retryable=False,
+        )
+        return JSONResponse(out, status_code=404)
+    return JSONResponse(out)
 
 
 def _after(last_event_id: str | None, from_sequence: int | None) -> int:
@@ -271,7 +99,7 @@ def create_router(
     allow_unauthenticated: bool = False,
     service_name: str | None = None,
     verbose_validation_errors: bool = False,
-    rate_limit_per_minute: int | None = None,
+    rate_limit_per_minute: int | SlidingWindowLimiter | None = None,
     token_issuer: TokenIssuer | None = None,
 ) -> APIRouter:
     """The agent server's routes over ``runtime``; include it in any FastAPI app.
@@ -282,11 +110,14 @@ def create_router(
             ``helix_dbos.http.auth``; ``session_token_auth`` builds one).
         allow_unauthenticated: serve without a hook. Anyone who can reach the routes can then
             inject data into an agent's reasoning: only behind a proxy that authenticates.
-        service_name: names this deployment in the unauthenticated-mode warning.
+        service_name: tags every log event with ``service`` (one name per process) and
+            names this deployment in the unauthenticated-mode warning.
         verbose_validation_errors: add the validation details to the 400 answers (they reveal
             the schemas: for development).
         rate_limit_per_minute: submits per minute per session; ``True`` for the default
-            (``DEFAULT_SUBMIT_RATE_LIMIT``, 60); ``None`` disables the limit.
+            (``DEFAULT_SUBMIT_RATE_LIMIT``, 60); ``None`` disables the limit. Pass one
+            ``SlidingWindowLimiter`` to this router and ``create_chat_router`` to give each
+            session one window across both.
         token_issuer: ``issue(session_id) -> token``; ``/start`` answers its ``token``.
 
     Raises:
@@ -299,8 +130,11 @@ def create_router(
         "agent server",
         "sessions",
     )
-    limiter = limiter_for(rate_limit_per_minute)
-    api = RouteContext(runtime, authenticate, verbose_validation_errors, limiter)
+    if service_name:
+        set_service_name(service_name)
+    api = RouteContext(
+        runtime, authenticate, verbose_validation_errors, limiter_for(rate_limit_per_minute)
+    )
     router = APIRouter(route_class=HelixRoute)
 
     @router.post(
@@ -378,15 +212,9 @@ def create_router(
         "/checkpoints",
         summary="A session's checkpoints, newest first",
         response_model=CheckpointsResponse,
-        responses=_QUERY_RESPONSES,
+        responses=QUERY_RESPONSES,
     )
-    async def list_checkpoints(
-        request: Request,
-        session_id: Annotated[
-            str,
-            Query(alias="sessionId", min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"),
-        ],
-    ) -> Response:
+    async def list_checkpoints(request: Request, session_id: SessionIdQuery) -> Response:
         await api.query(request, "checkpoints", session_id)
         found = await runtime.checkpoints(session_id)
         return JSONResponse({"sessionId": session_id, "checkpoints": found})
@@ -403,15 +231,12 @@ def create_router(
                 "description": "An event stream.",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
-            **_QUERY_RESPONSES,
+            **QUERY_RESPONSES,
         },
     )
     async def sse(
         request: Request,
-        session_id: Annotated[
-            str,
-            Query(alias="sessionId", min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"),
-        ],
+        session_id: SessionIdQuery,
         from_sequence: Annotated[
             int | None, Query(alias="fromSequence", ge=0, le=MAX_SEQUENCE)
         ] = None,
@@ -423,21 +248,18 @@ def create_router(
         return StreamingResponse(
             event_stream(runtime, session_id, after, resend_pending=after > 0),
             media_type="text/event-stream",
-            headers=_SSE_HEADERS,
+            headers=SSE_HEADERS,
         )
 
     @router.get(
         "/status",
         summary="A session's status and pending calls",
         response_model=StatusResponse,
-        responses=_QUERY_RESPONSES,
+        responses=QUERY_RESPONSES,
     )
     async def status(
         request: Request,
-        session_id: Annotated[
-            str,
-            Query(alias="sessionId", min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"),
-        ],
+        session_id: SessionIdQuery,
     ) -> Response:
         await api.query(request, "status", session_id)
         return JSONResponse(await runtime.status(session_id))
@@ -509,7 +331,7 @@ def create_router(
         openapi_extra=raw_json_body_doc(SubmitToolResultRequest),
     )
     async def submit_tool_result(request: Request) -> Response:
-        return await api.submit(request, None)
+        return await _submit(api, request, None)
 
     @router.post(
         "/chat/{chat_id}/submit-tool-result",
@@ -520,6 +342,6 @@ def create_router(
         openapi_extra=raw_json_body_doc(ChatSubmitToolResultRequest),
     )
     async def chat_submit_tool_result(request: Request, chat_id: str) -> Response:
-        return await api.submit(request, chat_id)
+        return await _submit(api, request, chat_id)
 
     return router

@@ -12,12 +12,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
+from ..runtime.submit import MISSING, Submission
+
 __all__ = [
     "CheckpointView",
     "CheckpointsResponse",
     "ControlRequest",
     "ControlResponse",
+    "IDENTIFIER_MAX_LENGTH",
+    "IDENTIFIER_PATTERN",
     "ErrorBody",
+    "Identifier",
     "PendingToolCallView",
     "ResumeRequest",
     "RetryRequest",
@@ -33,8 +38,11 @@ __all__ = [
 
 # Ids end up in SQL parameters, workflow ids and log lines: printable text, bounded length.
 # (Postgres refuses NUL in text; control characters have no place in an id.)
+IDENTIFIER_MAX_LENGTH = 256
+IDENTIFIER_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 Identifier = Annotated[
-    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+    str,
+    StringConstraints(min_length=1, max_length=IDENTIFIER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN),
 ]
 """A session, tool-call, approval or agent id."""
 
@@ -177,6 +185,21 @@ class SubmitToolResultRequest(_Request):
     def has_result(self) -> bool:
         """Whether ``result`` was given (``null`` is a valid result)."""
         return "result" in self.model_fields_set
+
+    def submission(self, session_id: str) -> Submission:
+        """The runtime's ``Submission`` of this body for ``session_id``."""
+        return Submission(
+            session_id=session_id,
+            tool_call_id=self.tool_call_id,
+            kind=self.kind,
+            result=self.result if self.has_result else MISSING,
+            error=self.error,
+            approval_id=self.approval_id,
+            approved=self.approved,
+            reason=self.reason,
+            edited_input=self.edited_input,
+            shown_input=self.input,
+        )
 
 
 class ChatSubmitToolResultRequest(SubmitToolResultRequest):

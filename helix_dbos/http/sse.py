@@ -15,13 +15,13 @@ empty read after such a status means the client has everything.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ..core.events import SessionEvent
 from ..runtime.runtime import AgentRuntime
 from ..store.store import now_ms
+from .frames import KEEP_ALIVE, frame
 
 __all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
 
@@ -31,12 +31,6 @@ POLL_SECONDS = 0.05
 HEARTBEAT_SECONDS = 15.0
 
 ENDED_STATUSES = frozenset({"idle", "completed", "failed", "interrupted"})
-
-
-def frame(data: dict[str, Any], event_id: int | None = None) -> bytes:
-    """One SSE frame (``json.dumps`` escapes newlines, so ``data`` is one line)."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 def unanswered_calls(view: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,7 +83,7 @@ async def event_stream(
                 }
             )
     async for item in follow_events(runtime, session_id, after, poll_seconds):
-        yield b": keep-alive\n\n" if item is None else frame(item.dump(), item.sequence)
+        yield KEEP_ALIVE if item is None else frame(item.dump(), item.sequence)
 
 
 async def follow_events(

@@ -8,12 +8,18 @@ frames one chunk as ``data: <json>\\n\\n`` and ``DONE`` ends a stream.
 The mapping:
 
 * the first chunk of a stream is ``start`` (with the message id) and ``start-step``;
-* ``text`` is ``text-start`` / ``text-delta`` / ``text-end`` with one id per text;
+* ``text_delta`` (the model's live text) opens a text part (``text-start``) at a step's first
+  delta and is a ``text-delta``; the step's ``text`` then closes it (``text-end``, after the
+  rest of the recorded text when the deltas stopped short). A step with no deltas sends its
+  ``text`` as ``text-start`` / ``text-delta`` / ``text-end``. When a retried step streamed
+  deltas that the recorded text does not continue, the live part is closed and the recorded
+  text follows as a part of its own;
 * ``tool_start`` of a client call is ``tool-input-available``; of a server tool or a
   sub-agent, the same with ``providerExecuted: true`` (the client must not run it);
 * ``tool_approval_request`` is ``tool-input-available`` then ``tool-approval-request``;
-* ``tool_end``: an output is ``tool-output-available``; the error ``approval_denied`` is
-  ``tool-output-denied``; any other error is ``tool-output-error`` with its text;
+* ``tool_end``: an output is ``tool-output-available``; the error code (``errorCode``)
+  ``approval_denied`` is ``tool-output-denied``; any other error is ``tool-output-error``
+  with its text (``error``);
 * the first model output after tool results opens a new step (``finish-step``, ``start-step``);
 * ``suspended`` is ``finish-step`` + ``finish`` (``tool-calls``): the client answers the calls
   and sends the next request;
@@ -23,9 +29,10 @@ The mapping:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .frames import SSE_HEADERS, frame, frames
 
 __all__ = [
     "DONE",
@@ -34,6 +41,8 @@ __all__ = [
     "UIMessageStream",
     "encode_chunk",
     "encode_chunks",
+    "tool_error_code",
+    "tool_error_text",
 ]
 
 Chunk = dict[str, Any]
@@ -43,26 +52,16 @@ Chunk = dict[str, Any]
 DONE = b"data: [DONE]\n\n"
 
 #: The response headers of a UI message stream.
-UI_MESSAGE_STREAM_HEADERS = {
-    "Cache-Control": "no-cache",
-    "Connection": "keep-alive",
-    "X-Vercel-AI-UI-Message-Stream": "v1",
-    # Proxies such as nginx buffer responses by default, which would hold chunks back.
-    "X-Accel-Buffering": "no",
-}
+UI_MESSAGE_STREAM_HEADERS = {**SSE_HEADERS, "X-Vercel-AI-UI-Message-Stream": "v1"}
 
 #: The ``tool_end`` error code of a call a human denied.
 DENIED = "approval_denied"
 
 
-def encode_chunk(chunk: Chunk) -> bytes:
-    """One SSE frame (``json.dumps`` escapes newlines, so the data is one line)."""
-    return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-
-
-def encode_chunks(chunks: Iterable[Chunk]) -> bytes:
-    """Several frames, concatenated."""
-    return b"".join(encode_chunk(c) for c in chunks)
+#: One chunk as an SSE frame (``data: <json>``).
+encode_chunk = frame
+#: Several chunks' frames, concatenated.
+encode_chunks = frames
 
 
 def _error_text(error: Any) -> str:
@@ -76,6 +75,21 @@ def _error_text(error: Any) -> str:
     elif isinstance(error, str) and error:
         return error
     return "The turn failed"
+
+
+def tool_error_code(data: Mapping[str, Any]) -> str | None:
+    """The machine code of a failed ``tool_end``: ``errorCode`` (events written before it
+    existed carried the code in ``error``)."""
+    code = data.get("errorCode", data.get("error") if "errorText" in data else None)
+    return code if isinstance(code, str) else None
+
+
+def tool_error_text(data: Mapping[str, Any]) -> str:
+    """The text of a failed ``tool_end``: ``error`` (older events: ``errorText``)."""
+    text = data.get("errorText") if "errorText" in data else data.get("error")
+    if isinstance(text, str) and text:
+        return text
+    return str(data.get("errorCode") or data.get("error") or "tool_error")
 
 
 class UIMessageStream:
@@ -94,6 +108,8 @@ class UIMessageStream:
         self._after_results = False
         self._seen: set[str] = set()
         self._texts = 0
+        self._live: dict[Any, list[str]] = {}
+        """Open live text parts by model step: ``[text id, text streamed so far]``."""
 
     @property
     def seen_tool_call_ids(self) -> frozenset[str]:
@@ -122,8 +138,59 @@ class UIMessageStream:
             self._step_open = True
         return out
 
+    def _close_live(self) -> list[Chunk]:
+        out: list[Chunk] = [
+            {"type": "text-end", "id": text_id} for text_id, _ in self._live.values()
+        ]
+        self._live.clear()
+        return out
+
+    def _text_id(self, event: Mapping[str, Any]) -> str:
+        self._texts += 1
+        sequence = event.get("sequence")
+        return f"text_{sequence}" if sequence else f"text_{self._texts}"
+
+    def _delta(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> list[Chunk]:
+        delta = data.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return []
+        step = data.get("step")
+        live = self._live.get(step)
+        out: list[Chunk] = []
+        if live is None:
+            out = self._model_output()
+            live = self._live[step] = [self._text_id(event), ""]
+            out.append({"type": "text-start", "id": live[0]})
+        live[1] += delta
+        out.append({"type": "text-delta", "id": live[0], "delta": delta})
+        return out
+
+    def _text(self, event: Mapping[str, Any], data: Mapping[str, Any]) -> list[Chunk]:
+        text = data.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        out = self._model_output()
+        live = self._live.pop(data.get("step"), None)
+        if live is not None:
+            text_id, streamed = live
+            if text.startswith(streamed):
+                if len(text) > len(streamed):
+                    out.append(
+                        {"type": "text-delta", "id": text_id, "delta": text[len(streamed) :]}
+                    )
+                out.append({"type": "text-end", "id": text_id})
+                return out
+            out.append({"type": "text-end", "id": text_id})
+        text_id = self._text_id(event)
+        out += [
+            {"type": "text-start", "id": text_id},
+            {"type": "text-delta", "id": text_id, "delta": text},
+            {"type": "text-end", "id": text_id},
+        ]
+        return out
+
     def _finish(self, reason: str) -> list[Chunk]:
-        out = self.start()
+        out = self.start() + self._close_live()
         if self._step_open:
             out.append({"type": "finish-step"})
             self._step_open = False
@@ -141,20 +208,10 @@ class UIMessageStream:
         data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         if kind == "turn_start":
             return self.start()
+        if kind == "text_delta":
+            return self._delta(event, data)
         if kind == "text":
-            text = data.get("text")
-            if not isinstance(text, str) or not text:
-                return []
-            out = self._model_output()
-            self._texts += 1
-            sequence = event.get("sequence")
-            text_id = f"text_{sequence}" if sequence else f"text_{self._texts}"
-            out += [
-                {"type": "text-start", "id": text_id},
-                {"type": "text-delta", "id": text_id, "delta": text},
-                {"type": "text-end", "id": text_id},
-            ]
-            return out
+            return self._text(event, data)
         if kind == "tool_start":
             return self._model_output() + self._input(data, data.get("kind") == "client")
         if kind == "tool_approval_request":
@@ -173,8 +230,12 @@ class UIMessageStream:
                 return self._finish("stop")
             if outcome == "interrupted":
                 self.finished = True
-                return [*self.start(), {"type": "abort", "reason": "interrupted"}]
-            out = self.start()
+                return [
+                    *self.start(),
+                    *self._close_live(),
+                    {"type": "abort", "reason": "interrupted"},
+                ]
+            out = self.start() + self._close_live()
             out.append({"type": "error", "errorText": _error_text(data.get("error"))})
             out.append({"type": "finish", "finishReason": "error"})
             self.finished = True
@@ -216,15 +277,14 @@ class UIMessageStream:
                     "output": data.get("output"),
                 }
             )
-        elif data.get("error") == DENIED:
+        elif tool_error_code(data) == DENIED:
             out.append({"type": "tool-output-denied", "toolCallId": tool_call_id})
         else:
-            text = data.get("errorText")
             out.append(
                 {
                     "type": "tool-output-error",
                     "toolCallId": tool_call_id,
-                    "errorText": text if isinstance(text, str) and text else str(data["error"]),
+                    "errorText": tool_error_text(data),
                 }
             )
         return out

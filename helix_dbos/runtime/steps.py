@@ -312,11 +312,16 @@ async def _commit_model(
         new_events.append(event("text", text=response.text, step=step))
     new_events.extend(_start_events(plan, entries))
     if entries:
-        new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
+        new_events.append(event("suspended", toolCallIds=list(entries), reason=_reason(entries)))
     if final_summary is not None:
         new_events.append(event("turn_end", outcome="completed", text=response.text))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
+
+
+def _reason(entries: dict[str, PendingCall]) -> str:
+    """A suspension's ``reason``: ``approval`` when it waits on approvals only."""
+    return "approval" if all(e.kind == "approval" for e in entries.values()) else "client_tool"
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -532,8 +537,10 @@ async def commit_results(
         if r.get("ok"):
             data["output"] = r.get("result")
         else:
-            data["error"] = r.get("errorCode") or "tool_error"
-            data["errorText"] = tool_result_message(r).content
+            # The seed's shape: ``error`` is the text the model reads (a submitted error
+            # verbatim), ``errorCode`` the machine code for aggregation.
+            data["error"] = tool_result_message(r).content
+            data["errorCode"] = r.get("errorCode") or "tool_error"
         end_events.append(event("tool_end", **data))
     if stash and stash.get("message"):
         end_events.append(event("user_message", text=stash["message"]))

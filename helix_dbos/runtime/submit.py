@@ -38,7 +38,14 @@ from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .wake import send_in_transaction, send_to_turn, wake_local
 
-__all__ = ["MISSING", "Submission", "measure_result_bytes", "submit", "wake_answered"]
+__all__ = [
+    "MISSING",
+    "Submission",
+    "measure_result_bytes",
+    "precheck",
+    "submit",
+    "wake_answered",
+]
 
 
 class _Missing:
@@ -209,6 +216,29 @@ def _response(
 def _scrub(ctx: RuntimeContext, text: str) -> str:
     scrubber = ctx.scrubber
     return scrubber(text) if callable(scrubber) else text
+
+
+async def precheck(ctx: RuntimeContext, sub: Submission) -> None:
+    """Raise the refusal ``submit`` would give ``sub`` before storing it, and store nothing.
+
+    A host that stores several answers of one request checks them all first, so one refused
+    answer refuses the whole request (the seed's rule). Answers ``submit`` would not store
+    (an unknown or answered call) pass: ``submit`` answers them without a write.
+    """
+    _check(sub, ctx)
+    root = await ctx.store.load(sub.session_id)
+    owner_id = root.ownership.get(sub.tool_call_id) if root is not None else None
+    if root is None or owner_id is None:
+        return
+    owner = root if owner_id == root.session_id else await ctx.store.load(owner_id)
+    entry = owner.pending.get(sub.tool_call_id) if owner is not None else None
+    if owner is None or entry is None or entry.submitted_at is not None:
+        return
+    known = sub.error is None or owner.agent_type in ctx.registry
+    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
+    _response(
+        sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
+    )
 
 
 async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -> SubmitAnswer:

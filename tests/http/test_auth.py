@@ -17,6 +17,7 @@ from helix_dbos.http import (
     SessionTokens,
     create_app,
     create_router,
+    request_principal,
     request_session_id,
     session_token_auth,
 )
@@ -196,6 +197,40 @@ async def test_hook_answers_map_to_typed_refusals(idle_runtime: AgentRuntime) ->
     ]
 
 
+async def test_a_hook_may_accept_with_ok_and_a_principal(idle_runtime: AgentRuntime) -> None:
+    """The seed's shape: {ok: true, principal} accepts (the handler can read the principal);
+    {ok: false, error, status} refuses with that status."""
+    principals: list[Any] = []
+
+    def hook(request: Request, operation: str) -> Any:
+        if request.headers.get("x-user") == "ada":
+            return {"ok": True, "principal": {"user": "ada"}}
+        return {"ok": False, "error": "who are you?", "status": 403}
+
+    app = FastAPI()
+    app.include_router(create_router(idle_runtime, authenticate=hook))
+
+    @app.get("/whoami")
+    async def whoami(request: Request) -> Any:
+        from helix_dbos.http.auth import run_authenticate
+
+        await run_authenticate(hook, request, "status")
+        principals.append(request_principal(request))
+        return {}
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        body = {"agentType": "nobody", "message": "hi"}
+        accepted = await c.post("/start", json=body, headers={"x-user": "ada"})
+        # Past the hook: the runtime answered (no such agent).
+        assert accepted.status_code == 404, accepted.text
+        assert accepted.json()["code"] == "framework_agent_not_found"
+        refused = await c.post("/start", json=body)
+        assert refused.status_code == 403 and refused.json()["error"] == "who are you?"
+        assert (await c.get("/whoami", headers={"x-user": "ada"})).status_code == 200
+    assert principals == [{"user": "ada"}]
+
+
 def test_session_tokens_unit() -> None:
     """A token verifies to its session until it expires; a short secret is refused."""
     now = [1_000_000.0]
@@ -228,3 +263,19 @@ def test_sliding_window_limiter_unit() -> None:
     limiter.hit("a")  # the first hit left the window
     with pytest.raises(ConfigError):
         SlidingWindowLimiter(0)
+
+
+def test_limiter_counts_several_hits_all_or_none() -> None:
+    """A request with several answers counts them together: it fits whole or is refused
+    without counting any (and says when enough slots free up)."""
+    now = [0.0]
+    limiter = SlidingWindowLimiter(3, clock=lambda: now[0])
+    limiter.hit("a", 2)
+    now[0] = 20.0
+    with pytest.raises(RateLimitedError) as refused:
+        limiter.hit("a", 2)
+    assert refused.value.details["retryAfterSeconds"] == 40
+    limiter.hit("a")  # nothing was counted by the refusal
+    with pytest.raises(RateLimitedError) as never:
+        limiter.hit("b", 4)
+    assert never.value.details["retryAfterSeconds"] == 60

@@ -91,3 +91,37 @@ def test_openapi_documents_every_route(client: httpx.Client) -> None:
     )
     assert {"status", "continuation"} <= set(submit_ok["properties"])
     assert "Last-Event-ID" in {p["name"] for p in paths["/sse"]["get"]["parameters"]}
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+def test_every_ref_of_the_standalone_servers_document_resolves(tmp_path: Any) -> None:
+    """The whole server (agent routes and the AI SDK chat): no `$ref` dangles (the chat body
+    once pointed at `#/$defs/UIMessage`, which an OpenAPI document does not have)."""
+    from helix_dbos.config import HelixSettings
+    from helix_dbos.http import create_app
+
+    app = create_app(
+        settings=HelixSettings(database_url=f"sqlite:///{tmp_path}/x.db"),
+        allow_unauthenticated=True,
+    )
+    spec = app.openapi()
+    refs = _refs(spec)
+    assert refs, "the document has references to check"
+    for ref in refs:
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.rsplit("/", 1)[-1] in spec["components"]["schemas"], ref
+    chat = spec["paths"]["/chat"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert chat["properties"]["messages"]["items"]["properties"]["role"]["enum"] == [
+        "system",
+        "user",
+        "assistant",
+    ]
+    assert "/chat/sessions" in spec["paths"]

@@ -116,7 +116,7 @@ def test_resume_refusals_and_with_message(client: httpx.Client) -> None:
     # The abandoned call gets its result, then the message runs: the editor asks again.
     frames = read_sse(client, sid)
     ends = [f for f in frames if f.type == "tool_end"]
-    assert ends[0].data["data"]["error"] == "client_tool_abandoned"
+    assert ends[0].data["data"]["errorCode"] == "client_tool_abandoned"
     view = wait_status(client, sid, "suspended_client_tool")
     assert view["pendingToolCalls"][0]["input"]["edits"] == [{"selector": "p", "replacement": "q"}]
     client.post("/interrupt", json={"sessionId": sid})

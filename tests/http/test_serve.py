@@ -16,6 +16,7 @@ from helix_dbos.cli import main
 from .conftest import SECRET, _free_port
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_serve_refuses_without_a_secret(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

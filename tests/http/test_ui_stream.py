@@ -135,6 +135,34 @@ def test_tool_end_outputs() -> None:
     ]
 
 
+def test_tool_end_errors_carry_the_text_in_error_and_the_code_in_error_code() -> None:
+    """The seed's shape: a submitted error string is ``error``; ``errorCode`` is the code."""
+    out = run(
+        [
+            ev(
+                "tool_end",
+                1,
+                toolCallId="a",
+                toolName="t",
+                error="read-only",
+                errorCode="tool_error",
+            ),
+            ev(
+                "tool_end",
+                2,
+                toolCallId="b",
+                toolName="t",
+                error="No.",
+                errorCode="approval_denied",
+            ),
+        ]
+    )
+    assert out[2:] == [
+        {"type": "tool-output-error", "toolCallId": "a", "errorText": "read-only"},
+        {"type": "tool-output-denied", "toolCallId": "b"},
+    ]
+
+
 def test_suspended_finishes_with_tool_calls() -> None:
     ui = UIMessageStream("m")
     ui.translate(ev("tool_start", 2, kind="client", **CLIENT_CALL))
@@ -290,7 +318,65 @@ def test_finish_without_events() -> None:
 
 
 def test_unknown_events_are_ignored() -> None:
-    assert run([ev("text_delta", 1, delta="x"), {"type": "other"}]) == []
+    assert run([{"type": "other"}, ev("text_delta", 1, delta="")]) == []
+
+
+def test_text_deltas_stream_live_and_the_text_closes_them() -> None:
+    """A step's deltas open one text part; its recorded text ends it (with the rest, when the
+    deltas stopped short)."""
+    out = run(
+        [
+            ev("turn_start", 1),
+            ev("text_delta", 2, delta="Hel", step=1),
+            ev("text_delta", 3, delta="lo ", step=1),
+            ev("text", 4, text="Hello world", step=1),
+            ev("text_delta", 5, delta="x", step=2),
+            ev("text", 6, text="x", step=2),
+        ]
+    )
+    assert out[2:] == [
+        {"type": "text-start", "id": "text_2"},
+        {"type": "text-delta", "id": "text_2", "delta": "Hel"},
+        {"type": "text-delta", "id": "text_2", "delta": "lo "},
+        {"type": "text-delta", "id": "text_2", "delta": "world"},
+        {"type": "text-end", "id": "text_2"},
+        {"type": "text-start", "id": "text_5"},
+        {"type": "text-delta", "id": "text_5", "delta": "x"},
+        {"type": "text-end", "id": "text_5"},
+    ]
+
+
+def test_deltas_the_text_does_not_continue_are_closed_and_the_text_follows() -> None:
+    """A retried step streamed other deltas: the live part ends, the recorded text follows."""
+    out = run([ev("text_delta", 2, delta="Draft", step=1), ev("text", 3, text="Final", step=1)])
+    assert out[2:] == [
+        {"type": "text-start", "id": "text_2"},
+        {"type": "text-delta", "id": "text_2", "delta": "Draft"},
+        {"type": "text-end", "id": "text_2"},
+        {"type": "text-start", "id": "text_3"},
+        {"type": "text-delta", "id": "text_3", "delta": "Final"},
+        {"type": "text-end", "id": "text_3"},
+    ]
+
+
+def test_an_open_live_part_is_closed_when_the_turn_ends() -> None:
+    failed = run(
+        [
+            ev("text_delta", 2, delta="Hal", step=1),
+            ev("turn_end", 3, outcome="failed", error={"message": "boom"}),
+        ]
+    )
+    assert failed[2:] == [
+        {"type": "text-start", "id": "text_2"},
+        {"type": "text-delta", "id": "text_2", "delta": "Hal"},
+        {"type": "text-end", "id": "text_2"},
+        {"type": "error", "errorText": "boom"},
+        {"type": "finish", "finishReason": "error"},
+    ]
+    interrupted = run(
+        [ev("text_delta", 2, delta="Hal", step=1), ev("turn_end", 3, outcome="interrupted")]
+    )
+    assert [c["type"] for c in interrupted[2:]] == ["text-start", "text-delta", "text-end", "abort"]
 
 
 def test_framing_and_headers() -> None:

@@ -37,7 +37,7 @@ async def test_submitted_error_is_scrubbed_everywhere(launch: Any, pg_url: str) 
     assert tool.is_error and tool.content == SCRUBBED
     # Streamed: the tool_end event the client reads.
     (end,) = [e for e in await runtime.events(sid) if e.type == "tool_end"]
-    assert end.data["errorText"] == SCRUBBED
+    assert end.data["error"] == SCRUBBED
     # Shown to the model: the request of the step after the call.
     llm = runtime.registry.get("ops").llm
     last = llm.requests[-1].messages[-1]

@@ -183,7 +183,7 @@ async def test_deny_with_reason_and_timeout_never_run_the_tool(make_runtime: Any
     assert seen.role == "tool" and seen.error_code == "approval_denied"
     assert "over the daily limit" in seen.content
     end = [e for e in await rt.events(sid) if e.type == "tool_end"][-1]
-    assert end.data["error"] == "approval_denied"
+    assert end.data["errorCode"] == "approval_denied"
 
     # Nobody answers the quick gate (0.5 s).
     handle = await rt.start("banker", "pay quickly")
