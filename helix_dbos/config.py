@@ -60,6 +60,7 @@ def generate_executor_id() -> str:
     host = _ID_UNSAFE.sub("-", socket.gethostname())[:40].strip("-") or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
+
 DEFAULT_SQLITE_URL = "sqlite:///helix.sqlite"
 
 

@@ -42,6 +42,14 @@ EVENT_LEVELS: dict[str, int] = {
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,
     "server.unauthenticated": logging.WARNING,
+    "fleet.adopted": logging.WARNING,
+    "fleet.forwarded": logging.WARNING,
+    "fleet.turns_stranded": logging.ERROR,
+    "fleet.turn_stranded": logging.ERROR,
+    "fleet.executor_id_reused": logging.WARNING,
+    "fleet.executor_reclaimed": logging.WARNING,
+    "fleet.sweep_failed": logging.ERROR,
+    "events.listener_lost": logging.WARNING,
 }
 
 _overrides: list[tuple[str, int]] = []
