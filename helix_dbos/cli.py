@@ -152,6 +152,24 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         help="serve without authentication when HELIX_AUTH_SECRET is not set "
         "(only behind a proxy that authenticates)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N server processes on the port, each its own executor (default: 1)",
+    )
+
+
+#: Passes --allow-unauthenticated to the worker processes of ``serve --workers N``.
+_WORKER_UNAUTHENTICATED_ENV = "HELIX_SERVE_ALLOW_UNAUTHENTICATED"
+
+
+def worker_app() -> Any:
+    """The app of one ``serve --workers N`` process (uvicorn imports and calls it)."""
+    from .http.app import create_app
+
+    return create_app(allow_unauthenticated=os.environ.get(_WORKER_UNAUTHENTICATED_ENV) == "1")
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -166,6 +184,25 @@ def _run_serve(args: argparse.Namespace) -> int:
             f"set {AUTH_SECRET_ENV} (a random secret of 32+ bytes) to require session "
             "tokens, or pass --allow-unauthenticated behind an authenticating proxy"
         )
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    if args.workers > 1:
+        if os.environ.get("HELIX_EXECUTOR_ID"):
+            raise CommandError(
+                "HELIX_EXECUTOR_ID names one process; with --workers each worker generates "
+                "its own executor id (unset it)"
+            )
+        # Each worker process builds its own app (and runtime, and executor id).
+        os.environ[_WORKER_UNAUTHENTICATED_ENV] = "1" if args.allow_unauthenticated else "0"
+        uvicorn.run(
+            "helix_dbos.cli:worker_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            timeout_graceful_shutdown=10,
+        )
+        return EXIT_OK
     try:
         app = create_app(allow_unauthenticated=args.allow_unauthenticated)
     except HelixError as exc:
@@ -437,6 +474,67 @@ def _run_interrupt(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_executors(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all", action="store_true", help="also list stopped and adopted executors"
+    )
+    parser.add_argument(
+        "--forward",
+        metavar="VERSION",
+        help="move the parked turns of application version VERSION (whose processes are "
+        "gone) to this release's version, for the live fleet to adopt",
+    )
+    _add_database_options(parser)
+
+
+def _run_executors(args: argparse.Namespace) -> int:
+    from .config import HelixSettings
+    from .runtime.fleet import forward_stranded, list_executors, pending_by_version
+
+    async def work(store: Any, url: str) -> Any:
+        settings = HelixSettings.from_env(database_url=url)
+        moved = None
+        if args.forward:
+            moved = await forward_stranded(
+                store,
+                args.forward,
+                settings.application_version,
+                f"cli-{settings.executor_id}",
+                settings.adopt_after_seconds,
+            )
+        found = await list_executors(store, settings.adopt_after_seconds, include_gone=args.all)
+        return settings, found, await pending_by_version(store), moved
+
+    settings, found, versions, moved = _with_store(args, work)
+    if args.json:
+        body: dict[str, Any] = {
+            "applicationVersion": settings.application_version,
+            "executors": [e.dump() for e in found],
+            "pendingTurnsByVersion": versions,
+        }
+        if moved is not None:
+            body["forwarded"] = moved
+        _print_json(body)
+        return EXIT_OK
+    if moved is not None:
+        print(
+            f"moved {len(moved)} parked turns of {args.forward} to "
+            f"{settings.application_version}; live executors of it adopt them"
+        )
+    from .inspect import render_executors
+
+    print(render_executors(found, versions, settings.application_version))
+    return EXIT_OK
+
+
+register(
+    Command(
+        name="executors",
+        help="list the fleet: live and dead executors, their parked turns, stranded versions",
+        configure=_configure_executors,
+        run=_run_executors,
+    )
+)
 register(
     Command(
         name="sessions",
