@@ -132,6 +132,15 @@ async def _pending_groups(
     return [(r[0] or "", r[1] or "", int(r[2])) for r in rows]
 
 
+async def _pending_groups_if_any(store: SessionStore) -> list[tuple[str, str, int]]:
+    """``_pending_groups``, or none when DBOS has not created its tables here yet."""
+    try:
+        async with store.engine.connect() as conn:
+            return await _pending_groups(conn, store.dialect, "dbos")
+    except sa.exc.DBAPIError:
+        return []
+
+
 async def _live_executors(
     conn: AsyncConnection, dialect: str, adopt_after: float
 ) -> dict[str, str]:
@@ -149,11 +158,11 @@ async def list_executors(
     """The executors on the database, live ones first; with ``include_gone`` also those
     stopped or adopted (otherwise only live and dead-not-yet-adopted ones)."""
     dialect = store.dialect
+    pending: dict[str, int] = {}
+    for executor_id, _version, count in await _pending_groups_if_any(store):
+        pending[executor_id] = pending.get(executor_id, 0) + count
     async with store.engine.connect() as conn:
         live = await _live_executors(conn, dialect, adopt_after_seconds)
-        pending: dict[str, int] = {}
-        for executor_id, _version, count in await _pending_groups(conn, dialect, "dbos"):
-            pending[executor_id] = pending.get(executor_id, 0) + count
         rows = (await conn.execute(sa.select(executors))).mappings().all()
     out = []
     for r in rows:
@@ -176,8 +185,7 @@ async def list_executors(
 
 async def pending_by_version(store: SessionStore) -> dict[str, int]:
     """PENDING turn workflows per application version."""
-    async with store.engine.connect() as conn:
-        groups = await _pending_groups(conn, store.dialect, "dbos")
+    groups = await _pending_groups_if_any(store)
     counts: dict[str, int] = {}
     for _executor, version, count in groups:
         counts[version] = counts.get(version, 0) + count
