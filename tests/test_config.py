@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import helix_dbos
-from helix_dbos.runtime import names
 from helix_dbos.config import (
     DEFAULT_MAX_RESULT_BYTES,
     HelixSettings,
@@ -17,6 +16,7 @@ from helix_dbos.config import (
     redact_url,
 )
 from helix_dbos.errors import ConfigError
+from helix_dbos.runtime import names
 
 # -- database URLs --------------------------------------------------------------------------
 

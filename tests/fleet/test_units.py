@@ -15,6 +15,7 @@ from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import executors
 from helix_dbos.store.store import SessionStore
 
+
 async def _store(url: str) -> SessionStore:
     await asyncio.to_thread(upgrade, url)
     return SessionStore.from_url(url)
