@@ -572,30 +572,35 @@ class Fleet:
 
     # -- a submit's promise ---------------------------------------------------------------------
 
-    async def ensure_runner(self, workflow_id: str) -> bool:
-        """Make sure something will run ``workflow_id``'s continuation; ``False`` if nothing
-        can (its version is not this contract's and no process of it is alive).
+    async def ensure_runner(self, session_id: str) -> bool:
+        """Make sure something will run the continuation of ``session_id``'s turn; ``False``
+        if nothing can (its version is not this contract's and no process of it is alive).
 
-        A workflow of this version owned by a dead executor is adopted now (not at the next
-        sweep); one of a replayable version with no live process is moved forward now.
+        A turn of this version whose executor is dead is adopted now (not at the next sweep);
+        one of a replayable version with no live process is moved forward now. The common
+        case (the turn's executor is alive) costs one query.
         """
         dialect = self.dialect
         async with self.store.engine.connect() as conn:
             row = (
                 await conn.execute(
                     sa.text(
-                        "SELECT status, executor_id, application_version FROM "
-                        f"{workflow_table(dialect, self.schema)} WHERE workflow_uuid = :id"
+                        "SELECT w.workflow_uuid, w.status, w.executor_id, w.application_version "
+                        f"FROM __agents_states s JOIN {workflow_table(dialect, self.schema)} w "
+                        "ON w.workflow_uuid = s.workflow_id WHERE s.session_id = :sid"
                     ),
-                    {"id": workflow_id},
+                    {"sid": session_id},
                 )
             ).first()
-            if row is None or row[0] not in ("PENDING", "ENQUEUED"):
-                return True
-            status, executor_id, version = row[0], row[1], row[2]
+            if row is None or row[1] not in ("PENDING", "ENQUEUED"):
+                return True  # no turn, or it has ended: nothing is promised
+            workflow_id, status, executor_id, version = row
             if executor_id == self.me and version == self.version:
                 return True
-            live = await _live_executors(conn, dialect, self.settings.adopt_after_seconds)
+            live = self._live
+            if executor_id not in live:
+                # Not live when the last sweep looked: ask again before acting on it.
+                live = await _live_executors(conn, dialect, self.settings.adopt_after_seconds)
         if version == self.version:
             if status == "PENDING" and executor_id not in live:
                 await self.adopt(executor_id)

@@ -329,16 +329,9 @@ class AgentRuntime:
         adopt it now; when no process can run it (another contract, none of its processes
         alive), answer ``caller_resumes`` (the answer is stored; see docs/fleet.md)."""
         cont = answer.continuation
-        if answer.status != "accepted" or cont is None or cont.kind != "new_run":
+        if answer.status == "unknown_tool_call" or cont is None or cont.kind != "new_run":
             return answer
-        if self.fleet is None:
-            return answer
-        state = await self.store.get(session_id)
-        wid = state.workflow_id
-        task = self._started.get(wid) if wid is not None else None
-        if wid is None or wid in self.ctx.parked or (task is not None and not task.done()):
-            return answer  # no workflow, or it runs in this very process
-        if await self.fleet.ensure_runner(wid):
+        if self.fleet is None or await self.fleet.ensure_runner(session_id):
             return answer
         return answer.model_copy(update={"continuation": Continuation(kind="caller_resumes")})
 
