@@ -103,3 +103,23 @@ async def test_sqlite_streams_poll(sqlite_url: str) -> None:
     async with signals.subscribe("s1") as signal:
         assert signal is None
     assert not signals.available
+
+
+async def test_the_fleet_pages_sql_runs(pg_url: str) -> None:
+    """Every SQL block of docs/fleet.md runs on a database at head, and the fleet query sees
+    a registered executor as live."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "fleet.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2
+    store = await _store(pg_url)
+    try:
+        await Fleet(HelixSettings(database_url=pg_url, executor_id="doc-exec"), store).register()
+        async with store.engine.connect() as conn:
+            fleet = (await conn.execute(sa.text(blocks[0]))).all()
+            assert [(r.executor_id, r.live) for r in fleet] == [("doc-exec", True)]
+            assert (await conn.execute(sa.text(blocks[1]))).all() == []
+    finally:
+        await store.close()
