@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..config import HelixSettings
@@ -69,6 +70,11 @@ def _ago(dialect: str, seconds: float) -> Any:
     if dialect == "postgresql":
         return sa.func.clock_timestamp() - timedelta(seconds=seconds)
     return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def _insert(dialect: str) -> Any:
+    """An INSERT on ``__agents_executors`` with ON CONFLICT support, for the dialect."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(executors)
 
 
 def _live(dialect: str, adopt_after: float) -> Any:
@@ -205,19 +211,16 @@ async def _claim(
     An executor with PENDING turns but no row (a release before the fleet existed) gets a
     stopped row first. A claim by an adopter that itself died can be taken over.
     """
-    insert = (
-        sa.dialects.postgresql.insert(executors)
-        if dialect == "postgresql"
-        else sa.dialects.sqlite.insert(executors)
-    )
     await conn.execute(
-        insert.values(
+        _insert(dialect)
+        .values(
             executor_id=executor_id,
             application_version=version,
             started_at=_EPOCH,
             heartbeat_at=_EPOCH,
             stopped_at=_EPOCH,
-        ).on_conflict_do_nothing(index_elements=["executor_id"])
+        )
+        .on_conflict_do_nothing(index_elements=["executor_id"])
     )
     live_ids = sa.select(executors.c.executor_id).where(_live(dialect, adopt_after))
     won = await conn.execute(
@@ -391,15 +394,10 @@ class Fleet:
                 "adopted_by": None,
                 "adopted_at": None,
             }
-            insert = (
-                sa.dialects.postgresql.insert(executors)
-                if dialect == "postgresql"
-                else sa.dialects.sqlite.insert(executors)
-            )
             await conn.execute(
-                insert.values(executor_id=self.me, **values).on_conflict_do_update(
-                    index_elements=["executor_id"], set_=values
-                )
+                _insert(dialect)
+                .values(executor_id=self.me, **values)
+                .on_conflict_do_update(index_elements=["executor_id"], set_=values)
             )
         log_event("fleet.joined", executorId=self.me, applicationVersion=self.version)
 

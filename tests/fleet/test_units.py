@@ -123,3 +123,22 @@ async def test_the_fleet_pages_sql_runs(pg_url: str) -> None:
             assert (await conn.execute(sa.text(blocks[1]))).all() == []
     finally:
         await store.close()
+
+
+async def test_a_runtime_on_sqlite_is_one_live_executor(sqlite_url: str) -> None:
+    """The embedded backend runs the same heartbeat and sweep (one machine, its clock)."""
+    from helix_dbos.demo import demo_agents
+    from helix_dbos.runtime import AgentRuntime
+
+    runtime = AgentRuntime(demo_agents(), HelixSettings(database_url=sqlite_url))
+    await runtime.launch()
+    try:
+        assert runtime.fleet is not None
+        await runtime.fleet.heartbeat()
+        assert await runtime.fleet.sweep() == []
+        found = await list_executors(runtime.store, 15.0)
+        assert [(e.executor_id, e.state) for e in found] == [
+            (runtime.settings.executor_id, "live")
+        ]
+    finally:
+        await runtime.shutdown()
