@@ -110,7 +110,7 @@ async def submit_to_frame(
         f"{submit_base}/submit-tool-result",
         json={"sessionId": sid, "toolCallId": call, "result": RESULT},
     )
-    assert r.json()["continuation"]["kind"] == "new_run", r.text
+    assert r.status_code == 200 and r.json()["continuation"]["kind"] == "new_run", r.text
     SUBMIT_MS.append((time.perf_counter() - began) * 1000)
     params = {"sessionId": sid, "fromSequence": last + 1}
     async with client.stream("GET", f"{stream_base}/sse", params=params) as stream:
