@@ -137,8 +137,6 @@ async def test_a_runtime_on_sqlite_is_one_live_executor(sqlite_url: str) -> None
         await runtime.fleet.heartbeat()
         assert await runtime.fleet.sweep() == []
         found = await list_executors(runtime.store, 15.0)
-        assert [(e.executor_id, e.state) for e in found] == [
-            (runtime.settings.executor_id, "live")
-        ]
+        assert [(e.executor_id, e.state) for e in found] == [(runtime.settings.executor_id, "live")]
     finally:
         await runtime.shutdown()
