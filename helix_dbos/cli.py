@@ -185,6 +185,33 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add validation details to 400 answers (they reveal the schemas: development)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N server processes on the port, each its own executor (default: 1)",
+    )
+
+
+#: Passes serve's options to the worker processes of ``serve --workers N`` (JSON).
+_WORKER_OPTIONS_ENV = "HELIX_SERVE_WORKER_OPTIONS"
+
+
+def worker_app() -> Any:
+    """The app of one ``serve --workers N`` process (uvicorn imports and calls it)."""
+    from .http.app import create_app
+    from .loader import load_agents
+    from .observability.logging_config import configure_logging
+
+    options = json.loads(os.environ.get(_WORKER_OPTIONS_ENV) or "{}")
+    configure_logging(options.get("logFormat", "text"))
+    return create_app(
+        agents=load_agents(options["app"]) if options.get("app") else None,
+        allow_unauthenticated=bool(options.get("allowUnauthenticated")),
+        verbose_validation_errors=bool(options.get("verboseValidationErrors")),
+        chat_agent_type=options.get("chatAgent"),
+    )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
@@ -203,6 +230,13 @@ def _run_serve(args: argparse.Namespace) -> int:
             f"set {AUTH_SECRET_ENV} (a random secret of 32+ bytes) to require session "
             "tokens, or pass --allow-unauthenticated behind an authenticating proxy"
         )
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    if args.workers > 1 and os.environ.get("HELIX_EXECUTOR_ID"):
+        raise CommandError(
+            "HELIX_EXECUTOR_ID names one process; with --workers each worker generates "
+            "its own executor id (unset it)"
+        )
     try:
         configure_logging(args.log_format)
         settings = HelixSettings.from_env()
@@ -216,6 +250,28 @@ def _run_serve(args: argparse.Namespace) -> int:
             migrate.upgrade(settings.database_url)
         else:
             migrate.require_current_schema(settings.database_url)
+        if args.workers > 1:
+            # Each worker process builds its own app (and runtime, and executor id) from the
+            # same options, passed down in the environment.
+            os.environ[_WORKER_OPTIONS_ENV] = json.dumps(
+                {
+                    "app": args.app,
+                    "allowUnauthenticated": args.allow_unauthenticated,
+                    "verboseValidationErrors": args.verbose_validation_errors,
+                    "chatAgent": args.chat_agent,
+                    "logFormat": args.log_format,
+                }
+            )
+            uvicorn.run(
+                "helix_dbos.cli:worker_app",
+                factory=True,
+                host=args.host,
+                port=args.port,
+                workers=args.workers,
+                timeout_graceful_shutdown=10,
+                log_config=None,
+            )
+            return EXIT_OK
         app = create_app(
             agents=agents,
             settings=settings,
@@ -504,6 +560,19 @@ def _configure_heal(parser: argparse.ArgumentParser) -> None:
     _add_database_options(parser)
 
 
+def _configure_executors(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--all", action="store_true", help="also list stopped and adopted executors"
+    )
+    parser.add_argument(
+        "--forward",
+        metavar="VERSION",
+        help="move the parked turns of application version VERSION (whose processes are "
+        "gone) to this release's version, for the live fleet to adopt",
+    )
+    _add_database_options(parser)
+
+
 def _run_heal(args: argparse.Namespace) -> int:
     from .runtime.heal import heal
 
@@ -527,6 +596,56 @@ def _run_heal(args: argparse.Namespace) -> int:
         for r in repairs:
             print(f"{r.action:<16} {r.session_id}  (workflow {r.workflow_status or 'missing'})")
     return EXIT_OK
+
+
+def _run_executors(args: argparse.Namespace) -> int:
+    from .config import HelixSettings
+    from .runtime.fleet import forward_stranded, list_executors, pending_by_version
+
+    async def work(store: Any, url: str) -> Any:
+        settings = HelixSettings.from_env(database_url=url)
+        moved = None
+        if args.forward:
+            moved = await forward_stranded(
+                store,
+                args.forward,
+                settings.application_version,
+                f"cli-{settings.executor_id}",
+                settings.adopt_after_seconds,
+            )
+        found = await list_executors(store, settings.adopt_after_seconds, include_gone=args.all)
+        return settings, found, await pending_by_version(store), moved
+
+    settings, found, versions, moved = _with_store(args, work)
+    if args.json:
+        body: dict[str, Any] = {
+            "applicationVersion": settings.application_version,
+            "executors": [e.dump() for e in found],
+            "pendingTurnsByVersion": versions,
+        }
+        if moved is not None:
+            body["forwarded"] = moved
+        _print_json(body)
+        return EXIT_OK
+    if moved is not None:
+        print(
+            f"moved {len(moved)} parked turns of {args.forward} to "
+            f"{settings.application_version}; live executors of it adopt them"
+        )
+    from .inspect import render_executors
+
+    print(render_executors(found, versions, settings.application_version))
+    return EXIT_OK
+
+
+register(
+    Command(
+        name="executors",
+        help="list the fleet: live and dead executors, their parked turns, stranded versions",
+        configure=_configure_executors,
+        run=_run_executors,
+    )
+)
 
 
 register(

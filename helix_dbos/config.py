@@ -8,10 +8,18 @@ Variable                       Meaning (default)
                                it (DBOS in its own ``dbos`` schema). Default: the embedded
                                ``sqlite:///helix.sqlite`` in the working directory.
 ``HELIX_APP_NAME``             DBOS application name (``helix-dbos``).
-``HELIX_EXECUTOR_ID``          Stable DBOS executor id; a restart with the same id and
-                               version recovers parked turns (``helix-local``).
-``HELIX_APP_VERSION``          DBOS application version (the package version, never a hash
-                               of the source, so a code change does not orphan parked turns).
+``HELIX_EXECUTOR_ID``          This process's DBOS executor id; unique per live process
+                               (default: generated, ``<host>-<pid>-<random>``, and recorded
+                               in ``__agents_executors``). See docs/fleet.md.
+``HELIX_APP_VERSION``          DBOS application version (default: the durable contract's
+                               ``CONTRACT_VERSION``, never the package version or a hash of
+                               the source, so upgrades and code changes strand no turn).
+``HELIX_FORWARD_VERSIONS``     Comma-separated application versions whose parked turns this
+                               process moves forward to its own version once no process of
+                               theirs is alive (default: ``REPLAYABLE_VERSIONS``).
+``HELIX_HEARTBEAT_SECONDS``    How often a process records that it is alive (3).
+``HELIX_ADOPT_AFTER_SECONDS``  Silence after which a process counts as dead and its parked
+                               turns are adopted by a live one (15).
 ``HELIX_MAX_RESULT_BYTES``     Submit size limit, UTF-8 bytes of the JSON result (1000000).
 ``HELIX_STORE_MAX_STATE_BYTES`` Optional limit on a session's stored pending map.
 ``HELIX_RUN_MIGRATIONS``       Run migrations at startup under a lock (``true``); ``false``
@@ -29,22 +37,33 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import __version__
 from .errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DatabaseUrls",
     "HelixSettings",
+    "generate_executor_id",
     "parse_database_url",
     "redact_url",
 ]
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def generate_executor_id() -> str:
+    """A fresh executor id, unique per process: ``<host>-<pid>-<random>``."""
+    host = _ID_UNSAFE.sub("-", socket.gethostname())[:40].strip("-") or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 DEFAULT_SQLITE_URL = "sqlite:///helix.sqlite"
 
 
@@ -128,8 +147,14 @@ class HelixSettings:
 
     database_url: str = DEFAULT_SQLITE_URL
     app_name: str = "helix-dbos"
-    executor_id: str = "helix-local"
-    application_version: str = __version__
+    executor_id: str = ""
+    """Empty: a generated id (:func:`generate_executor_id`), fixed for this settings object."""
+    application_version: str = ""
+    """Empty: the durable contract's ``CONTRACT_VERSION``."""
+    forward_versions: frozenset[str] | None = None
+    """``None``: the contract's ``REPLAYABLE_VERSIONS``."""
+    heartbeat_seconds: float = 3.0
+    adopt_after_seconds: float = 15.0
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     store_max_state_bytes: int | None = None
     run_migrations: bool = True
@@ -152,6 +177,21 @@ class HelixSettings:
             )
         # DBOS hands the name to logging, which knows only upper-case names.
         object.__setattr__(self, "dbos_log_level", level)
+        if not self.executor_id:
+            object.__setattr__(self, "executor_id", generate_executor_id())
+        if not self.application_version or self.forward_versions is None:
+            # Imported here: the runtime package loads DBOS, this module stays light.
+            from .runtime.names import CONTRACT_VERSION, REPLAYABLE_VERSIONS
+
+            if not self.application_version:
+                object.__setattr__(self, "application_version", CONTRACT_VERSION)
+            if self.forward_versions is None:
+                object.__setattr__(self, "forward_versions", REPLAYABLE_VERSIONS)
+        if self.heartbeat_seconds <= 0 or self.adopt_after_seconds < 2 * self.heartbeat_seconds:
+            raise ConfigError(
+                "heartbeat_seconds must be > 0 and adopt_after_seconds at least twice it "
+                f"(got {self.heartbeat_seconds} and {self.adopt_after_seconds})"
+            )
         if self.max_result_bytes <= 0:
             raise ConfigError("max_result_bytes must be > 0")
         if (
@@ -199,6 +239,10 @@ class HelixSettings:
                 values["store_max_state_bytes"] = int(env["HELIX_STORE_MAX_STATE_BYTES"])
             if env.get("HELIX_MAX_EXECUTOR_THREADS"):
                 values["max_executor_threads"] = int(env["HELIX_MAX_EXECUTOR_THREADS"])
+            if env.get("HELIX_HEARTBEAT_SECONDS"):
+                values["heartbeat_seconds"] = float(env["HELIX_HEARTBEAT_SECONDS"])
+            if env.get("HELIX_ADOPT_AFTER_SECONDS"):
+                values["adopt_after_seconds"] = float(env["HELIX_ADOPT_AFTER_SECONDS"])
             if env.get("HELIX_SQLITE_POLL_SECONDS"):
                 values["sqlite_poll_seconds"] = float(env["HELIX_SQLITE_POLL_SECONDS"])
             if env.get("HELIX_HEAL_INTERVAL_SECONDS"):
@@ -207,6 +251,10 @@ class HelixSettings:
                 values["heal_grace_seconds"] = float(env["HELIX_HEAL_GRACE_SECONDS"])
         except ValueError as exc:
             raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
+        if env.get("HELIX_FORWARD_VERSIONS"):
+            values["forward_versions"] = frozenset(
+                v.strip() for v in env["HELIX_FORWARD_VERSIONS"].split(",") if v.strip()
+            )
         if env.get("HELIX_RUN_MIGRATIONS"):
             values["run_migrations"] = _env_bool(env["HELIX_RUN_MIGRATIONS"])
         values.update(overrides)

@@ -12,11 +12,14 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core.messages import Message
 from .core.session import PendingCall, SessionState, Tombstone
 from .store.store import SessionStore, now_ms
+
+if TYPE_CHECKING:
+    from .runtime.fleet import ExecutorInfo
 
 __all__ = [
     "SessionReport",
@@ -24,7 +27,9 @@ __all__ = [
     "TreeNode",
     "WorkflowInfo",
     "inspect_session",
+    "adoption_history",
     "list_sessions",
+    "render_executors",
     "render_report",
     "render_sessions",
     "workflow_statuses",
@@ -232,6 +237,8 @@ class SessionReport:
     message_count: int
     tree: TreeNode
     at_ms: int
+    adoptions: list[dict[str, Any]] = field(default_factory=list)
+    """Every take-over of a turn of the tree by another process (docs/fleet.md)."""
 
     @property
     def ownership(self) -> dict[str, str]:
@@ -269,6 +276,7 @@ class SessionReport:
             "messageCount": self.message_count,
             "messages": [m.to_row() | {"role": m.role} for m in self.messages],
             "tree": self.tree.dump(),
+            "adoptions": self.adoptions,
         }
 
 
@@ -317,6 +325,7 @@ async def inspect_session(
         for p in sorted(s.pending.values(), key=lambda p: (p.run_id, p.index))
     ]
     return SessionReport(
+        adoptions=await adoption_history(store, (s.workflow_id for s in tree if s.workflow_id)),
         session=session,
         root=root,
         workflow=workflows.get(session.workflow_id or ""),
@@ -326,6 +335,33 @@ async def inspect_session(
         tree=_build_tree(tree, workflows),
         at_ms=now_ms(),
     )
+
+
+async def adoption_history(
+    store: SessionStore, workflow_ids: Iterable[str]
+) -> list[dict[str, Any]]:
+    """The take-overs of these workflows by live processes, oldest first."""
+    ids = sorted(set(workflow_ids))
+    if not ids:
+        return []
+    names = [f"w{i}" for i in range(len(ids))]
+    sql = (
+        "SELECT workflow_id, kind, from_executor, from_version, adopted_by, to_version,"
+        " adopted_at FROM __agents_adoptions WHERE workflow_id IN"
+        f" ({', '.join(_param(store, n) for n in names)}) ORDER BY adopted_at, id"
+    )
+    return [
+        {
+            "workflowId": r["workflow_id"],
+            "kind": r["kind"],
+            "fromExecutor": r["from_executor"],
+            "fromVersion": r["from_version"],
+            "adoptedBy": r["adopted_by"],
+            "toVersion": r["to_version"],
+            "adoptedAt": _iso(_when(r["adopted_at"])),
+        }
+        for r in await _rows(store, sql, dict(zip(names, ids, strict=True)))
+    ]
 
 
 # -- rendering ------------------------------------------------------------------------------
@@ -468,4 +504,46 @@ def render_report(report: SessionReport) -> str:
     out.append("")
     out.append("tree")
     out += [f"  {line}" for line in _tree_lines(report.tree, s.session_id)]
+    if report.adoptions:
+        out.append("")
+        out.append(f"adoptions ({len(report.adoptions)})")
+        for a in report.adoptions:
+            out.append(
+                f"  {a['adoptedAt']}  {a['workflowId']}  {a['kind']} from {a['fromExecutor']} "
+                f"({a['fromVersion']}) by {a['adoptedBy']} ({a['toVersion']})"
+            )
     return "\n".join(out)
+
+
+def render_executors(
+    found: Sequence[ExecutorInfo],
+    pending_by_version: dict[str, int],
+    version: str,
+    now: datetime | None = None,
+) -> str:
+    """``helix-dbos executors`` as text: the fleet, then parked turns per version."""
+    now = now or datetime.now(UTC)
+    table = (
+        _table(
+            ["EXECUTOR", "STATE", "VERSION", "HOST", "PID", "HEARTBEAT", "PARKED", "ADOPTED BY"],
+            [
+                [
+                    e.executor_id,
+                    e.state,
+                    e.application_version,
+                    e.hostname or "-",
+                    str(e.pid or "-"),
+                    _age(e.heartbeat_at, now) if e.pid is not None else "-",
+                    str(e.pending),
+                    e.adopted_by or "-",
+                ]
+                for e in found
+            ],
+        )
+        if found
+        else "no executors"
+    )
+    lines = [table, "", f"this release runs application version {version}"]
+    for v, count in sorted(pending_by_version.items()):
+        lines.append(f"  {count} pending turn workflows of version {v}")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from helix_dbos.config import (
     redact_url,
 )
 from helix_dbos.errors import ConfigError
+from helix_dbos.runtime import names
 
 # -- database URLs --------------------------------------------------------------------------
 
@@ -112,11 +114,17 @@ def test_refusals_do_not_leak_the_password(url: str) -> None:
 
 
 def test_defaults() -> None:
-    """The defaults: embedded SQLite, the package version, a 1 MB result limit, migrations on."""
+    """The defaults: embedded SQLite, the contract's version (not the package's), a generated
+    executor id unique per settings object, a 1 MB result limit, migrations on."""
     s = HelixSettings()
     assert s.database_url == "sqlite:///helix.sqlite"
     assert s.urls.is_sqlite
-    assert s.application_version == helix_dbos.__version__ == version("helix-dbos")
+    assert s.application_version == names.CONTRACT_VERSION != helix_dbos.__version__
+    assert helix_dbos.__version__ == version("helix-dbos")
+    assert s.forward_versions == names.REPLAYABLE_VERSIONS
+    assert s.executor_id and s.executor_id != HelixSettings().executor_id
+    assert f"-{os.getpid()}-" in s.executor_id
+    assert s.with_(max_result_bytes=5).executor_id == s.executor_id
     assert s.max_result_bytes == DEFAULT_MAX_RESULT_BYTES == 1_000_000
     assert s.store_max_state_bytes is None
     assert s.run_migrations is True
@@ -135,6 +143,9 @@ def test_from_env_reads_helix_variables() -> None:
         "HELIX_MAX_EXECUTOR_THREADS": "8",
         "HELIX_SQLITE_POLL_SECONDS": "0.5",
         "DBOS_LOG_LEVEL": "info",
+        "HELIX_FORWARD_VERSIONS": "2024.05, 2024.04",
+        "HELIX_HEARTBEAT_SECONDS": "1.5",
+        "HELIX_ADOPT_AFTER_SECONDS": "6",
         "UNRELATED": "ignored",
     }
     s = HelixSettings.from_env(env)
@@ -150,12 +161,15 @@ def test_from_env_reads_helix_variables() -> None:
     assert s.max_executor_threads == 8
     assert s.sqlite_poll_seconds == 0.5
     assert s.dbos_log_level == "INFO"
+    assert s.forward_versions == {"2024.05", "2024.04"}
+    assert (s.heartbeat_seconds, s.adopt_after_seconds) == (1.5, 6.0)
 
 
 def test_from_env_with_nothing_set_is_the_defaults() -> None:
-    """Empty variables count as unset."""
-    assert HelixSettings.from_env({}) == HelixSettings()
-    assert HelixSettings.from_env({"HELIX_DATABASE_URL": ""}) == HelixSettings()
+    """Empty variables count as unset (the executor id is generated per settings object)."""
+    same = {"executor_id": "x"}
+    assert HelixSettings.from_env({}, **same) == HelixSettings(**same)
+    assert HelixSettings.from_env({"HELIX_DATABASE_URL": ""}, **same) == HelixSettings(**same)
 
 
 def test_from_env_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,7 +221,7 @@ def test_with_returns_a_validated_copy() -> None:
     """with_ changes fields on a copy and validates it again."""
     base = HelixSettings()
     changed = base.with_(executor_id="other")
-    assert (base.executor_id, changed.executor_id) == ("helix-local", "other")
+    assert changed.executor_id == "other" != base.executor_id
     with pytest.raises(ConfigError):
         base.with_(database_url="mysql://h/app")
 

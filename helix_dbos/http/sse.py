@@ -6,8 +6,10 @@ with ``Last-Event-ID`` (sent automatically by ``EventSource``) or ``?fromSequenc
 exactly the events after the point it names: the store's sequence is gap-free and ordered, so
 there is no loss and no repetition.
 
-The stream polls the store and ends when there is nothing more to wait for: the turn has
-ended, or it is parked on calls that have no answer yet. Every state change commits in the
+The stream reads the store when the session's events commit (on Postgres a NOTIFY wakes it:
+one listening connection per process, ``runtime.signals``; an idle stream runs no query) and
+ends when there is nothing more to wait for: the turn has ended, or it is parked on calls that
+have no answer yet. On SQLite it polls the store every ``POLL_SECONDS``. Every state change commits in the
 same transaction as its events, and the status is read before the last events read, so an
 empty read after such a status means the client has everything.
 """
@@ -25,7 +27,7 @@ from .frames import KEEP_ALIVE, frame
 
 __all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
 
-#: How often an open stream polls the store for new events.
+#: How often an open stream polls the store for new events (SQLite, or no NOTIFY listener).
 POLL_SECONDS = 0.05
 #: A comment frame keeps idle connections (and proxies) from timing out.
 HEARTBEAT_SECONDS = 15.0
@@ -91,9 +93,23 @@ async def follow_events(
 ) -> AsyncIterator[SessionEvent | None]:
     """The session's events after ``after``, until the turn ends or parks; ``None`` asks the
     caller for a keep-alive (every ``HEARTBEAT_SECONDS`` of silence)."""
+    async with runtime.signals.subscribe(session_id) as signal:
+        async for item in _follow(runtime, session_id, after, poll_seconds, signal):
+            yield item
+
+
+async def _follow(
+    runtime: AgentRuntime,
+    session_id: str,
+    after: int,
+    poll_seconds: float,
+    signal: asyncio.Event | None,
+) -> AsyncIterator[SessionEvent | None]:
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     while True:
+        if signal is not None:
+            signal.clear()  # before the read: a commit after it sets the signal again
         batch = await runtime.events(session_id, after)
         if not batch:
             # Everything that decides the end is read BEFORE the events: a status (and the
@@ -107,6 +123,16 @@ async def follow_events(
             if not batch:
                 if done:
                     return
+                if signal is not None:
+                    # Pushed: sleep until the session's events commit; no query meanwhile.
+                    while not signal.is_set():
+                        wait = HEARTBEAT_SECONDS - (loop.time() - last_sent)
+                        try:
+                            await asyncio.wait_for(signal.wait(), max(wait, 0.0))
+                        except TimeoutError:
+                            last_sent = loop.time()
+                            yield None
+                    continue
                 if loop.time() - last_sent >= HEARTBEAT_SECONDS:
                     last_sent = loop.time()
                     yield None

@@ -45,6 +45,14 @@ EVENT_LEVELS: dict[str, int] = {
     "session.healed": logging.WARNING,
     "store.retrying": logging.WARNING,
     "server.unauthenticated": logging.WARNING,
+    "fleet.adopted": logging.WARNING,
+    "fleet.forwarded": logging.WARNING,
+    "fleet.turns_stranded": logging.ERROR,
+    "fleet.turn_stranded": logging.ERROR,
+    "fleet.executor_id_reused": logging.WARNING,
+    "fleet.executor_reclaimed": logging.WARNING,
+    "fleet.sweep_failed": logging.ERROR,
+    "events.listener_lost": logging.WARNING,
 }
 
 _overrides: list[tuple[str, int]] = []

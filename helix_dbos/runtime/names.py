@@ -10,6 +10,8 @@ import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
+    "CONTRACT_VERSION",
+    "REPLAYABLE_VERSIONS",
     "LIFECYCLE_APPLY_STEP",
     "LIFECYCLE_WORKFLOW",
     "COMMIT_RESULTS_STEP",
@@ -26,6 +28,20 @@ __all__ = [
     "tool_result_topic",
     "turn_workflow_id",
 ]
+
+CONTRACT_VERSION = "contract-1"
+"""The version of this contract: the DBOS application version of every turn (by default).
+
+A process recovers and dequeues only workflows of its own version, so this names what a parked
+turn needs to replay: the workflow and step names below and the order the turn calls them in.
+It is neither the package version nor a hash of the source: users' agent and tool code, and
+releases that leave the contract alone, keep it. Bump it (``contract-2``...) only when a
+recorded turn could no longer replay, and say in CHANGELOG.md how parked turns move forward.
+"""
+REPLAYABLE_VERSIONS = frozenset({"0.1.0"})
+"""Application versions of earlier releases whose recorded turns this contract replays
+unchanged; their parked turns are moved forward to ``CONTRACT_VERSION`` once no process of
+theirs is alive. (0.1.0 pinned the package version over the same contract.)"""
 
 TURN_WORKFLOW = "helix.turn"
 """One turn of one session (root or sub-agent): model steps, tools, parks, results."""

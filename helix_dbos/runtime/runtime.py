@@ -15,7 +15,7 @@ from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
 from ..core.events import SessionEvent
 from ..core.messages import Message
-from ..core.session import SessionState, SubmitAnswer, batch_of, unanswered
+from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
@@ -23,7 +23,9 @@ from ..store.store import SessionStore, now_ms
 from . import context, lifecycle, names
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
+from .fleet import Fleet
 from .heal import Repair, heal, heal_forever
+from .notify import EventSignals
 from .submit import MISSING, Submission, submit
 from .turn import run_turn
 
@@ -80,6 +82,10 @@ class AgentRuntime:
         self._healer: asyncio.Task[None] | None = None
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
+        self.fleet: Fleet | None = None
+        """This process's executor in the fleet (after ``launch``)."""
+        self.signals = EventSignals(self.settings.urls)
+        """Wakes event streams when their session's events commit (one LISTEN connection)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -136,9 +142,12 @@ class AgentRuntime:
             scrubber=self.scrubber,
             client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         )
+        self.fleet = Fleet(s, store)
+        await self.fleet.register()
         # Recovery at launch replays parked turns, which look the context up: install first.
         context.install(self._ctx)
         DBOS.launch()
+        self.fleet.start()
         if s.heal_interval_seconds > 0:
             self._healer = asyncio.create_task(
                 heal_forever(self._ctx, s.heal_interval_seconds, s.heal_grace_seconds)
@@ -159,7 +168,12 @@ class AgentRuntime:
             self._healer.cancel()
             self._healer = None
         await self._drain(grace_seconds)
+        await self.signals.close()
         DBOS.destroy(destroy_registry=False)
+        if self.fleet is not None:
+            # After destroy: from here on our parked turns are adoptable at once.
+            await self.fleet.stop()
+            self.fleet = None
         if self._ctx is not None:
             await self._ctx.store.close()
         context.uninstall()
@@ -385,7 +399,7 @@ class AgentRuntime:
             RunSupersededError: the call's run was superseded; nothing written.
             RequestValidationError: neither or both of result and error, or a wrong kind.
         """
-        return await submit(
+        answer = await submit(
             self.ctx,
             Submission(
                 session_id=session_id,
@@ -400,6 +414,18 @@ class AgentRuntime:
                 shown_input=shown_input,
             ),
         )
+        return await self._kept(session_id, answer)
+
+    async def _kept(self, session_id: str, answer: SubmitAnswer) -> SubmitAnswer:
+        """Never promise a continuation nothing will run: when the turn's process is dead,
+        adopt it now; when no process can run it (another contract, none of its processes
+        alive), answer ``caller_resumes`` (the answer is stored; see docs/fleet.md)."""
+        cont = answer.continuation
+        if answer.status == "unknown_tool_call" or cont is None or cont.kind != "new_run":
+            return answer
+        if self.fleet is None or await self.fleet.ensure_runner(session_id):
+            return answer
+        return answer.model_copy(update={"continuation": Continuation(kind="caller_resumes")})
 
     async def interrupt(self, session_id: str) -> SessionState:
         """Stop the session's turn and every sub-agent below it; it ends ``interrupted``."""

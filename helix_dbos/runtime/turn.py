@@ -298,9 +298,10 @@ class _Turn:
         return _outcome(outcome, text, output, error, self.run_id)
 
 
-def _check_fence(committed: dict[str, Any]) -> None:
+def _check_fence(committed: dict[str, Any] | None) -> None:
     """End the turn when a step found its run stopped or superseded."""
-    if FENCED in committed:
+    # A step recorded by 0.1 (a replayed parked turn) may have returned None.
+    if isinstance(committed, dict) and FENCED in committed:
         raise _Stopped(committed[FENCED])
 
 

@@ -11,10 +11,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
+    "EVENTS_CHANNEL",
     "TABLE_PREFIX",
     "VERSION_TABLE",
+    "adoptions",
     "checkpoints",
     "events",
+    "executors",
     "messages",
     "metadata",
     "states",
@@ -24,6 +27,9 @@ __all__ = [
 TABLE_PREFIX = "__agents_"
 #: Alembic's version table for our revisions; never the host application's ``alembic_version``.
 VERSION_TABLE = "__agents_alembic_version"
+#: The Postgres NOTIFY channel an insert into ``__agents_events`` signals (payload: the
+#: session id), from the trigger of revision 0007.
+EVENTS_CHANNEL = "__agents_events"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -133,3 +139,35 @@ events = sa.Table(
     sa.Column("data", Json, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+# 0007: the fleet.
+executors = sa.Table(
+    "__agents_executors",
+    metadata,
+    sa.Column("executor_id", sa.Text, primary_key=True),
+    sa.Column("application_version", sa.Text, nullable=False),
+    sa.Column("hostname", sa.Text, nullable=True),
+    sa.Column("pid", sa.Integer, nullable=True),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("stopped_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("adopted_by", sa.Text, nullable=True),
+    sa.Column("adopted_at", sa.DateTime(timezone=True), nullable=True),
+)
+"""One row per process that ran turns: its heartbeat, and who adopted its turns."""
+
+adoptions = sa.Table(
+    "__agents_adoptions",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("workflow_id", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("from_executor", sa.Text, nullable=False),
+    sa.Column("from_version", sa.Text, nullable=False),
+    sa.Column("adopted_by", sa.Text, nullable=False),
+    sa.Column("to_version", sa.Text, nullable=False),
+    sa.Column("adopted_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix___agents_adoptions_workflow_id", "workflow_id"),
+)
+"""One row per turn workflow taken over: ``adopted`` from a dead executor of the same
+version, or ``forwarded`` from an earlier version this contract replays."""

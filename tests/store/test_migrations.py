@@ -34,13 +34,15 @@ from helix_dbos.store.migrate import (
 from helix_dbos.store.schema import VERSION_TABLE, metadata
 from helix_dbos.store.store import SessionStore
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006"]
+REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
 OUR_TABLES = {
     "__agents_states",
     "__agents_messages",
     "__agents_usage",
     "__agents_checkpoints",
     "__agents_events",
+    "__agents_executors",
+    "__agents_adoptions",
 }
 
 
@@ -111,7 +113,7 @@ def drift(url: str, target: sa.MetaData = metadata) -> list[Any]:
 
 
 def test_revisions_form_one_ordered_chain() -> None:
-    """Revisions are 0001..0006, each revising the one before, with a single head."""
+    """Revisions are 0001..0007, each revising the one before, with a single head."""
     scripts = ScriptDirectory(str(script_location()))
     chain = [r.revision for r in scripts.walk_revisions()][::-1]
     assert chain == REVISIONS
@@ -194,7 +196,8 @@ async def test_each_revision_keeps_earlier_data(db_url: str) -> None:
     )
     run(db_url, "UPDATE __agents_states SET latest_checkpoint_id = 'cp-1'")
 
-    assert upgrade(db_url, "0006") == "0006" == head_revision()
+    assert upgrade(db_url, "0006") == "0006"
+    assert upgrade(db_url, "0007") == "0007" == head_revision()
     assert drift(db_url) == []
 
     # At head, the store reads and writes every old row.

@@ -1,0 +1,142 @@
+"""The fleet's parts in one process: the claim's compare-and-swap, the NOTIFY fan-out, the
+executors table, and the submit that finds its turn's process dead."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from helix_dbos.config import HelixSettings
+from helix_dbos.runtime.fleet import Fleet, _claim, list_executors
+from helix_dbos.runtime.notify import EventSignals
+from helix_dbos.store.migrate import upgrade
+from helix_dbos.store.schema import executors
+from helix_dbos.store.store import SessionStore
+
+
+async def _store(url: str) -> SessionStore:
+    await asyncio.to_thread(upgrade, url)
+    return SessionStore.from_url(url)
+
+
+async def _dead_row(store: SessionStore, executor_id: str, version: str = "v1") -> None:
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            executors.insert().values(
+                executor_id=executor_id,
+                application_version=version,
+                started_at=long_ago,
+                heartbeat_at=long_ago,
+            )
+        )
+
+
+async def test_racing_claims_have_one_winner(pg_url: str) -> None:
+    """Eight live processes claim one dead executor at once: exactly one wins, and a live
+    executor cannot be claimed at all."""
+    store = await _store(pg_url)
+    try:
+        await _dead_row(store, "dead")
+        for i in range(8):  # the claimers are live executors themselves
+            await Fleet(HelixSettings(database_url=pg_url, executor_id=f"s{i}"), store).register()
+
+        async def claim(me: str) -> bool:
+            async with store.engine.begin() as conn:
+                return await _claim(conn, "postgresql", "dead", "v1", me, 15.0)
+
+        wins = await asyncio.gather(*(claim(f"s{i}") for i in range(8)))
+        assert sum(wins) == 1
+        async with store.engine.begin() as conn:
+            assert not await _claim(conn, "postgresql", "s3", "v1", "s4", 15.0)  # s3 is live
+        found = {e.executor_id: e for e in await list_executors(store, 15.0, include_gone=True)}
+        assert found["dead"].state == "adopted"
+        assert found["dead"].adopted_by == f"s{wins.index(True)}"
+        assert found["s0"].state == "live"
+    finally:
+        await store.close()
+
+
+async def test_a_stopped_executor_is_adoptable_at_once(pg_url: str) -> None:
+    """A clean stop marks the row stopped: no need to wait out the heartbeat window."""
+    store = await _store(pg_url)
+    try:
+        gone = Fleet(HelixSettings(database_url=pg_url, executor_id="gone"), store)
+        await gone.register()
+        await gone.stop()
+        async with store.engine.begin() as conn:
+            assert await _claim(conn, "postgresql", "gone", "v1", "me", 15.0)
+    finally:
+        await store.close()
+
+
+async def test_events_commit_wakes_subscribers_of_that_session_only(pg_url: str) -> None:
+    """An insert into __agents_events, from any connection, sets the signal of that
+    session's subscribers once it commits; other sessions' subscribers stay asleep."""
+    store = await _store(pg_url)
+    settings = HelixSettings(database_url=pg_url)
+    signals = EventSignals(settings.urls)
+    try:
+        async with signals.subscribe("s1") as one, signals.subscribe("s2") as two:
+            assert one is not None and two is not None and signals.available
+            async with store.engine.begin() as conn:
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO __agents_events (session_id, sequence, type, data, "
+                        "created_at) VALUES ('s1', 1, 'x', '{}', now())"
+                    )
+                )
+                await asyncio.sleep(0.2)
+                assert not one.is_set()  # not before the commit
+            await asyncio.wait_for(one.wait(), 10)
+            assert not two.is_set()
+    finally:
+        await signals.close()
+        await store.close()
+
+
+async def test_sqlite_streams_poll(sqlite_url: str) -> None:
+    """SQLite has no NOTIFY: subscribers get no signal and poll."""
+    signals = EventSignals(HelixSettings(database_url=sqlite_url).urls)
+    async with signals.subscribe("s1") as signal:
+        assert signal is None
+    assert not signals.available
+
+
+async def test_the_fleet_pages_sql_runs(pg_url: str) -> None:
+    """Every SQL block of docs/fleet.md runs on a database at head, and the fleet query sees
+    a registered executor as live."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "fleet.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2
+    store = await _store(pg_url)
+    try:
+        await Fleet(HelixSettings(database_url=pg_url, executor_id="doc-exec"), store).register()
+        async with store.engine.connect() as conn:
+            fleet = (await conn.execute(sa.text(blocks[0]))).all()
+            assert [(r.executor_id, r.live) for r in fleet] == [("doc-exec", True)]
+            assert (await conn.execute(sa.text(blocks[1]))).all() == []
+    finally:
+        await store.close()
+
+
+async def test_a_runtime_on_sqlite_is_one_live_executor(sqlite_url: str) -> None:
+    """The embedded backend runs the same heartbeat and sweep (one machine, its clock)."""
+    from helix_dbos.demo import demo_agents
+    from helix_dbos.runtime import AgentRuntime
+
+    runtime = AgentRuntime(demo_agents(), HelixSettings(database_url=sqlite_url))
+    await runtime.launch()
+    try:
+        assert runtime.fleet is not None
+        await runtime.fleet.heartbeat()
+        assert await runtime.fleet.sweep() == []
+        found = await list_executors(runtime.store, 15.0)
+        assert [(e.executor_id, e.state) for e in found] == [(runtime.settings.executor_id, "live")]
+    finally:
+        await runtime.shutdown()
