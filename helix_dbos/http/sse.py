@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..core.events import SessionEvent
+from ..runtime import records
 from ..runtime.runtime import AgentRuntime
 from ..store.store import now_ms
 
@@ -59,7 +60,7 @@ async def message_waiting(runtime: AgentRuntime, session_id: str) -> bool:
     # A new message delivered over the pending calls (resume with_message) wakes the parked
     # turn although its calls look unanswered: the runtime stashes it on the session first.
     state = await runtime.session(session_id)
-    return "entryInput" in state.metadata
+    return records.STASH_KEY in state.metadata
 
 
 async def event_stream(

@@ -11,6 +11,7 @@ import re
 __all__ = [
     "COLLECT_ANSWERS_STEP",
     "COMMIT_RESULTS_STEP",
+    "CONTRACT_VERSION",
     "FINISH_STEP",
     "MODEL_STEP",
     "SERVER_TOOL_STEP",
@@ -24,6 +25,13 @@ __all__ = [
     "tool_result_topic",
     "turn_workflow_id",
 ]
+
+CONTRACT_VERSION = 1
+"""The version of the durable contract: these names and the recorded shapes in ``records.py``.
+
+A deploy keys on it: turns parked by one version replay only on a version that reads its
+records. Bump it (with a CHANGELOG.md entry) on any change that an older record cannot satisfy.
+"""
 
 TURN_WORKFLOW = "helix.turn"
 """One turn of one session (root or sub-agent): model steps, tools, parks, results."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,7 +18,7 @@ from ..errors import AgentNotResumableError, RequestValidationError
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore, now_ms
-from . import context, names
+from . import context, names, records
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
 from .submit import MISSING, Submission, submit
@@ -182,11 +181,11 @@ class AgentRuntime:
             AgentAlreadyRunningError: the session has a turn running or parked.
         """
         self.registry.get(agent_type)
-        sid = session_id or f"ses_{uuid.uuid4().hex}"
+        sid = session_id or records.new_session_id()
         return await self._enter(sid, agent_type, message)
 
     async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
-        turn_id = f"run_{uuid.uuid4().hex[:24]}"
+        turn_id = records.new_run_id()
         async with self.store.transaction() as conn:
             state = await open_turn(
                 self.store,
