@@ -87,7 +87,7 @@ def test_bad_urls_are_refused(url: str) -> None:
     """Unsupported schemes and URLs without a database raise ConfigError."""
     with pytest.raises(ConfigError) as info:
         parse_database_url(url)
-    assert info.value.code == "validation_error"
+    assert info.value.code == "config_error"
 
 
 @pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite+aiosqlite:///:memory:"])

@@ -289,7 +289,7 @@ class _Chat:
         set_request_context(request, named if isinstance(named, str) else None, parsed)
         await run_authenticate(api.authenticate, request, "chat")
         if parse_error is not None:
-            details = {"cause": "json"}
+            details: dict[str, Any] = {"cause": "json"}
             if api.verbose:
                 details["details"] = parse_error
             raise RequestValidationError(REQUEST_INVALID_MESSAGE, **details)

@@ -254,13 +254,12 @@ class AgentRuntime:
                 if not p.lapsed_by(at)
             ]
             if awaited:
-                exc = AgentNotResumableError(
+                raise AgentNotResumableError(
                     f"The batch is partial: still awaiting {', '.join(awaited)}",
                     sessionId=root.session_id,
                     awaitedToolCallIds=awaited,
+                    retryable=True,
                 )
-                exc.retryable = True
-                raise exc
         run_id = root.run_id or ""
         if root.status == "suspended_client_tool" and root.pending:
             run_id = names.next_run_id(run_id)

@@ -249,9 +249,7 @@ def _outcome(
 
 
 def _internal(exc: BaseException) -> HelixError:
-    err = HelixError(f"{type(exc).__name__}: {exc}")
-    err.code = "framework_internal_error"
-    return err
+    return HelixError(f"{type(exc).__name__}: {exc}")  # code framework_internal_error
 
 
 def _ids(item: dict[str, Any]) -> dict[str, Any]:
