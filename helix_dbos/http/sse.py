@@ -19,10 +19,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..core.clock import now_ms
 from ..core.events import SessionEvent
 from ..runtime import records
 from ..runtime.runtime import AgentRuntime
-from ..store.store import now_ms
 
 __all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
 

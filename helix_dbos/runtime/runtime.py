@@ -11,13 +11,14 @@ from dbos import DBOS, DBOSClient, SetWorkflowID
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
+from ..core.clock import now_ms
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentNotResumableError, RequestValidationError
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
-from ..store.store import SessionStore, now_ms
+from ..store.store import SessionStore
 from . import context, names, records
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn

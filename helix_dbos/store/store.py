@@ -26,6 +26,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..config import parse_database_url
+from ..core.clock import now_ms  # re-exported: older imports read it from here
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
@@ -59,11 +60,6 @@ class NoChange(Exception):  # a control-flow signal, not an error
     def __init__(self, value: Any) -> None:
         super().__init__("no change")
         self.value = value
-
-
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds."""
-    return int(datetime.now(UTC).timestamp() * 1000)
 
 
 def _now() -> datetime:
