@@ -18,7 +18,7 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.messages import Message
 from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, records
 from helix_dbos.testing import capture_log_events
 
 DEADLINE = 300.0
@@ -280,3 +280,25 @@ async def test_interrupt_wakes_a_turn_parked_on_an_answer_whose_wake_was_lost(
     await gone_within(rt, 1.0)
     assert (await rt.session(sid)).status == "interrupted"
     assert llm.calls == 1
+
+
+async def test_a_stop_pops_the_stash(make_runtime: Any) -> None:
+    """A new message stashed over a parked batch never outlives a stop: the next turn of the
+    session must not find (and deliver) it."""
+    llm = ScriptedLLM(script)
+    rt = await make_runtime([asker(llm)])
+    sid, _ = await parked(rt)
+
+    def stash(states: dict[str, Any]) -> None:
+        # What resume(with_message) leaves before the parked turn drains it.
+        states[sid].metadata[records.STASH_KEY] = {
+            "message": "late",
+            "abandonPending": False,
+            "runId": states[sid].run_id,
+        }
+
+    await rt.store.update([sid], stash)
+    assert records.STASH_KEY in (await rt.session(sid)).metadata
+    stopped = await rt.interrupt(sid)
+    assert stopped.status == "interrupted"
+    assert records.STASH_KEY not in (await rt.session(sid)).metadata

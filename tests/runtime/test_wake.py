@@ -12,8 +12,13 @@ from __future__ import annotations
 import ast
 import asyncio
 from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
 
 from helix_dbos.runtime import names, wake
+from helix_dbos.store.schema import states
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -62,3 +67,33 @@ def test_dbos_is_imported_through_its_public_api_only() -> None:
             if hits:
                 private.setdefault(str(path.relative_to(package)), []).extend(hits)
     assert private == {"runtime/wake.py": ["dbos._dbos"]}
+
+
+async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wake-up message is enlisted in the answer's own transaction, after the answer: a
+    woken turn always finds its answer, and no wake-up exists without one."""
+    runtime = await make_runtime([editor_agent()])
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    client = runtime.ctx.client
+    real = client.send_in_transaction
+    seen: list[Any] = []
+
+    def enlist(conn: Any, destination: str, message: Any, topic: str, key: str) -> Any:
+        # ``conn`` is the answer's transaction: the answer must already be in it.
+        row = conn.execute(
+            sa.select(states.c.pending_client_tool_calls).where(
+                states.c.session_id == handle.session_id
+            )
+        ).scalar_one()
+        seen.append((row[call["toolCallId"]].get("submittedAt"), message))
+        return real(conn, destination, message, topic, key)
+
+    monkeypatch.setattr(client, "send_in_transaction", enlist)
+    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
+    [(submitted_at, message)] = seen
+    assert submitted_at is not None
+    assert message == {"kind": "answer", "toolCallId": call["toolCallId"]}
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
