@@ -160,8 +160,8 @@ def test_client_tool_codes() -> None:
     assert CLIENT_TOOL_ERROR_CODES <= KNOWN_ERROR_CODES
     for code in ("client_tool_timeout", "aborted", "runtime_restarted", "approval_denied"):
         assert is_client_tool_error_code(code)
-    for code in ("state_conflict", "confirm_cancelled", None, 1):
-        assert not is_client_tool_error_code(code)
+    for other in ("state_conflict", "confirm_cancelled", None, 1):
+        assert not is_client_tool_error_code(other)
 
 
 def test_unpickled_error_can_be_raised_and_caught() -> None:
@@ -177,7 +177,8 @@ def test_error_codes_are_one_string_enum() -> None:
     """Codes are ErrorCode members: strings on the wire, and the known set is the enum."""
     assert issubclass(ErrorCode, StrEnum)
     assert set(ErrorCode) == set(KNOWN_ERROR_CODES)
-    assert ErrorCode.STATE_NOT_FOUND == "state_not_found"
+    code: str = ErrorCode.STATE_NOT_FOUND
+    assert code == "state_not_found"
     assert json.dumps({"code": ErrorCode.STATE_CONFLICT}) == '{"code": "state_conflict"}'
     assert len({code.value for code in ErrorCode}) == len(ErrorCode)
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from obs_helpers import events_named, one_event
 
 from helix_dbos.observability.log import (
     EVENT_LEVELS,
@@ -15,6 +14,7 @@ from helix_dbos.observability.log import (
     set_event_level,
 )
 from helix_dbos.testing import capture_log_events
+from tests.observability.obs_helpers import events_named, one_event
 
 pytestmark = pytest.mark.postgres_only
 
@@ -117,7 +117,7 @@ async def test_summary_line_of_a_completed_turn_agrees_with_the_usage_rows(
 async def test_summary_line_of_a_failed_and_of_an_interrupted_turn(
     launch: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from obs_helpers import FlakySaves
+    from tests.observability.obs_helpers import FlakySaves
 
     runtime = await launch()
     flaky = FlakySaves(monkeypatch)

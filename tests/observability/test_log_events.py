@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from dbos import DBOS, DBOSClient
-from obs_helpers import FlakySaves, events_named, one_event
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError, StaleStateError
 from helix_dbos.http.app import create_app
 from helix_dbos.observability.log import logger
 from helix_dbos.testing import capture_log_events
+from tests.observability.obs_helpers import FlakySaves, events_named, one_event
 
 pytestmark = pytest.mark.postgres_only
 

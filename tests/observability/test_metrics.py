@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 from dbos import DBOS, SetWorkflowID
-from obs_helpers import APP_VERSION, EXECUTOR_ID, populate
 
 from helix_dbos.observability import metrics
 from helix_dbos.runtime.turn import run_turn
+from tests.observability.obs_helpers import APP_VERSION, EXECUTOR_ID, populate
 
 pytestmark = pytest.mark.postgres_only
 

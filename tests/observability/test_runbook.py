@@ -16,8 +16,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from obs_agents import make_agents
-from obs_helpers import (
+
+from helix_dbos.http.app import create_app
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.testing import capture_log_events
+from tests.observability.obs_agents import make_agents
+from tests.observability.obs_helpers import (
     APP_VERSION,
     EXECUTOR_ID,
     FlakySaves,
@@ -25,10 +29,6 @@ from obs_helpers import (
     populate,
     settings_for,
 )
-
-from helix_dbos.http.app import create_app
-from helix_dbos.runtime import AgentRuntime
-from helix_dbos.testing import capture_log_events
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 TIMEOUT, FAST = 30.0, 0.4

@@ -49,7 +49,7 @@ def _workflow_status(url: str, workflow_id: str) -> tuple[str, str, str]:
             (workflow_id,),
         ).fetchone()
     assert row is not None
-    return row  # type: ignore[return-value]
+    return row
 
 
 @pytest.mark.slow

@@ -133,13 +133,14 @@ async def workflow_status(workflow_id: str | None) -> str:
         if status.status not in ("PENDING", "ENQUEUED"):
             break
         await asyncio.sleep(0.02)
+    assert status is not None
     return str(status.status)
 
 
 def assert_paired(history: list[Message]) -> None:
     results = [m.tool_call_id for m in history if m.role == "tool"]
     calls = [c.id for m in history if m.role == "assistant" for c in m.tool_calls]
-    assert sorted(results) == sorted(calls) and len(results) == len(set(results)), history
+    assert sorted(results, key=str) == sorted(calls) and len(results) == len(set(results)), history
 
 
 async def test_grandchild_call_is_owned_below_registered_on_root_and_submitted_on_root(
@@ -299,7 +300,8 @@ async def test_ownership_write_failure_is_raised_never_swallowed(
         if state.is_root and state.ownership:
             attempts.append(state.session_id)
             raise StaleStateError("another writer won", sessionId=state.session_id)
-        return await real_save(state, conn)
+        saved: SessionState = await real_save(state, conn)
+        return saved
 
     monkeypatch.setattr(rt.store, "save", losing_save)
     with capture_log_events() as logged:

@@ -10,12 +10,13 @@ import sqlalchemy as sa
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError
 from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.schema import messages
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
 
-async def _tool_rows(runtime, session_id: str) -> list[str]:
+async def _tool_rows(runtime: AgentRuntime, session_id: str) -> list[str]:
     async with runtime.store.engine.connect() as conn:
         rows = (
             await conn.execute(

@@ -49,7 +49,7 @@ def engine(url: str) -> sa.Engine:
     return sa.create_engine(parse_database_url(url).sync, poolclass=sa.pool.NullPool)
 
 
-def run(url: str, sql: str, **params: Any) -> list[sa.Row[Any]]:
+def run(url: str, sql: str, **params: Any) -> list[Any]:
     """Run one statement in its own transaction; return its rows (if any)."""
     eng = engine(url)
     try:
@@ -231,7 +231,7 @@ def test_no_drift_between_revisions_and_schema(db_url: str) -> None:
 def test_drift_check_can_fail(db_url: str) -> None:
     """The comparison does see a column the revisions never created."""
     upgrade(db_url)
-    changed = sa.MetaData(naming_convention=dict(metadata.naming_convention))
+    changed = sa.MetaData(naming_convention=metadata.naming_convention)
     for table in metadata.tables.values():
         table.to_metadata(changed)
     changed.tables["__agents_usage"].append_column(sa.Column("unreleased", sa.Text))
