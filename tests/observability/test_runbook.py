@@ -7,7 +7,6 @@ drift apart: a new block without a check here fails, and so does a check without
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
@@ -29,22 +28,9 @@ from tests.observability.obs_helpers import (
     populate,
     settings_for,
 )
+from tests.runbook_sql import runbook_sql
 
-RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "runbook.md"
 TIMEOUT, FAST = 30.0, 0.4
-
-_BLOCK = re.compile(
-    r"<!-- sql: (?P<name>[\w-]+) -->\n```(?P<lang>sql|sqlite)\n(?P<body>.*?)```", re.DOTALL
-)
-
-
-def runbook_sql() -> dict[str, tuple[str, str]]:
-    """``name -> (language, statement)`` for every SQL block of the runbook."""
-    text = RUNBOOK.read_text()
-    blocks = {m["name"]: (m["lang"], m["body"].strip()) for m in _BLOCK.finditer(text)}
-    fences = len(re.findall(r"^```(?:sql|sqlite)$", text, re.MULTILINE))
-    assert fences == len(blocks), "every sql block of the runbook needs a <!-- sql: name -->"
-    return blocks
 
 
 def _percentile(values: list[float], q: float) -> float:
