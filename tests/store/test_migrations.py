@@ -33,6 +33,7 @@ from helix_dbos.store.migrate import (
 )
 from helix_dbos.store.schema import VERSION_TABLE, metadata
 from helix_dbos.store.store import SessionStore
+from tests.processes import reaped
 
 REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006"]
 OUR_TABLES = {
@@ -308,15 +309,16 @@ def test_concurrent_upgrades_in_processes(pg_url: str) -> None:
         )
         for _ in range(2)
     ]
-    # Both have imported everything; release them at the same moment.
-    for proc in procs:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    outputs = [p.communicate(timeout=60) for p in procs]
+    with reaped(procs[0]), reaped(procs[1]):
+        # Both have imported everything; release them at the same moment.
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [p.communicate(timeout=60) for p in procs]
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert out.strip() == REVISIONS[-1]
