@@ -122,7 +122,7 @@ async def launch(pg_url: str) -> AsyncIterator[LaunchRuntime]:
     async def make(
         *,
         timeout: float = 30.0,
-        fast_timeout: float = 0.4,
+        fast_timeout: float = 2.0,
         scrubber: Callable[[str], str] | None = None,
         service_name: str | None = None,
         **settings: Any,
