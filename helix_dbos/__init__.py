@@ -20,7 +20,7 @@ from .core import (
     subagent_tool,
 )
 from .core.humanize import humanize_client_tool_error, set_client_tool_error_humanizer
-from .errors import HelixError, is_client_tool_error_code, is_known_error_code
+from .errors import ErrorCode, HelixError, is_client_tool_error_code, is_known_error_code
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "Agent",
     "AgentRegistry",
     "AgentRuntime",
+    "ErrorCode",
     "HelixError",
     "HelixSettings",
     "Message",

@@ -18,9 +18,12 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .runtime.operator import Operator
 
 __all__ = ["EXIT_OK", "EXIT_USAGE", "Command", "CommandError", "build_parser", "main", "register"]
 
@@ -304,10 +307,10 @@ register(
 
 # -- sessions, inspect, fail-call, interrupt -------------------------------------------------
 #
-# The read commands open the session store and read DBOS's workflow_status rows with SQL: no
-# DBOS process is launched. The two write commands go through the runtime's own code (submit,
-# and the interrupt's cleanup) with a ``dbos.DBOSClient`` as the messenger, so the CLI sends
-# the wake-up or cancels the turn without ever running (or recovering) a workflow itself.
+# These open an ``Operator`` (``helix_dbos.runtime.operator``) on the database: it reads through
+# the store and DBOS's public client, and it fails a call or interrupts a session through the
+# runtime's own code with a ``dbos.DBOSClient`` as the messenger. It launches no DBOS, so the
+# CLI never runs (or recovers) a workflow itself.
 
 
 def _add_database_options(parser: argparse.ArgumentParser) -> None:
@@ -320,8 +323,8 @@ def _add_database_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T]]) -> T:
-    """Run ``work(store, url)`` on the session store of ``--database-url``.
+def _with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitable[T]]) -> T:
+    """Run ``work(operator)`` on an ``Operator`` opened on ``--database-url``.
 
     Every failure becomes one CommandError line: a bad URL, an unreachable database, tables
     that are missing or behind (naming ``helix-dbos migrate``), an unknown session.
@@ -333,18 +336,14 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
 
     from .config import parse_database_url, redact_url
     from .errors import HelixError
-    from .store.migrate import require_current_schema
-    from .store.store import SessionStore
+    from .runtime.operator import Operator
 
     url = _database_url(args.database_url)
     shown = redact_url(url)
 
     async def run() -> T:
-        store = SessionStore.from_url(url, pool_size=2)
-        try:
-            return await work(store, url)
-        finally:
-            await store.close()
+        async with Operator.open(url) as operator:
+            return await work(operator)
 
     # The runtime's log events (a refused submit logs a warning) are not the CLI's output: with
     # no handler configured, logging's last resort would print them next to our one line.
@@ -354,7 +353,6 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
         urls = parse_database_url(url)
         if urls.is_sqlite and not os.path.exists(urls.sync.removeprefix("sqlite:///")):
             raise CommandError(f"no SQLite database at {shown}")
-        require_current_schema(url)
         return asyncio.run(run())
     except HelixError as exc:
         raise CommandError(exc.message) from None
@@ -372,36 +370,6 @@ def _with_store(args: argparse.Namespace, work: Callable[[Any, str], Awaitable[T
         raise CommandError(f"{type(exc).__name__}: {_first_line(exc)}") from None
     finally:
         logging.getLogger("helix_dbos").removeHandler(quiet)
-
-
-def _operator_context(store: Any, url: str, client: Any) -> Any:
-    """A runtime context for a process that runs no turns: no agents.
-
-    Error submits need no agent definition (they skip validation), and every message goes
-    through a DBOSClient (enlisted in the answer's transaction when it can be), so nothing here
-    can start, recover or run a workflow.
-    """
-    from .config import HelixSettings
-    from .core.agents import AgentRegistry
-    from .runtime.context import RuntimeContext
-
-    return RuntimeContext(
-        settings=HelixSettings.from_env(database_url=url),
-        registry=AgentRegistry(),
-        store=store,
-        client=client,
-        messenger=client,
-    )
-
-
-def _dbos_client(url: str) -> Any:
-    from dbos import DBOSClient
-
-    from .config import parse_database_url
-
-    return DBOSClient(
-        system_database_url=parse_database_url(url).dbos, retry_connection_errors=False
-    )
 
 
 def _print_json(value: Any) -> None:
@@ -429,12 +397,12 @@ def _run_sessions(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CommandError("--limit must be at least 1")
 
-    async def work(store: Any, _url: str) -> Any:
+    async def work(operator: Operator) -> Any:
         return await list_sessions(
-            store, status=args.status, agent_type=args.agent, limit=args.limit
+            operator, status=args.status, agent_type=args.agent, limit=args.limit
         )
 
-    rows = _with_store(args, work)
+    rows = _with_operator(args, work)
     if args.json:
         _print_json([r.dump() for r in rows])
     else:
@@ -457,10 +425,10 @@ def _configure_inspect(parser: argparse.ArgumentParser) -> None:
 def _run_inspect(args: argparse.Namespace) -> int:
     from .inspect import inspect_session, render_report
 
-    async def work(store: Any, _url: str) -> Any:
-        return await inspect_session(store, args.session, messages=args.messages)
+    async def work(operator: Operator) -> Any:
+        return await inspect_session(operator, args.session, messages=args.messages)
 
-    report = _with_store(args, work)
+    report = _with_operator(args, work)
     if args.json:
         _print_json(report.dump())
     else:
@@ -477,33 +445,17 @@ def _configure_fail_call(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("tool_call", metavar="TOOL_CALL", help="the pending call's toolCallId")
     parser.add_argument(
         "--error",
-        default="manually_failed_by_operator",
+        default="manually_failed_by_operator",  # Operator's FAIL_CALL_DEFAULT_ERROR
         help="the error the model reads (default: manually_failed_by_operator)",
     )
     _add_database_options(parser)
 
 
 def _run_fail_call(args: argparse.Namespace) -> int:
-    from .runtime.submit import Submission, submit
+    async def work(operator: Operator) -> tuple[str, Any]:
+        return await operator.fail_call(args.session, args.tool_call, args.error)
 
-    async def work(store: Any, url: str) -> tuple[str, Any]:
-        state = await store.get(args.session)
-        client = _dbos_client(url)
-        try:
-            ctx = _operator_context(store, url, client)
-            answer = await submit(
-                ctx,
-                Submission(
-                    session_id=state.root_session_id,
-                    tool_call_id=args.tool_call,
-                    error=args.error,
-                ),
-            )
-        finally:
-            client.destroy()
-        return state.root_session_id, answer
-
-    root, answer = _with_store(args, work)
+    root, answer = _with_operator(args, work)
     if answer.status == "unknown_tool_call":
         why = f" ({answer.reason})" if answer.reason else ""
         raise CommandError(f"no pending call {args.tool_call!r} in session {root!r}{why}")
@@ -524,20 +476,10 @@ def _configure_interrupt(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_interrupt(args: argparse.Namespace) -> int:
-    from .runtime.control import stop_tree
+    async def work(operator: Operator) -> tuple[str, Any]:
+        return await operator.interrupt(args.session)
 
-    async def work(store: Any, url: str) -> tuple[str, Any]:
-        before = await store.get(args.session)
-        client = _dbos_client(url)
-        try:
-            after = await stop_tree(
-                _operator_context(store, url, client), args.session, abort=False, reason=None
-            )
-        finally:
-            client.destroy()
-        return before.status, after
-
-    before, state = _with_store(args, work)
+    before, state = _with_operator(args, work)
     if args.json:
         _print_json(
             {"sessionId": state.session_id, "status": state.status, "previousStatus": before}
@@ -574,20 +516,10 @@ def _configure_executors(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_heal(args: argparse.Namespace) -> int:
-    from .runtime.heal import heal
+    async def work(operator: Operator) -> list[Any]:
+        return await operator.heal(args.grace)
 
-    async def work(store: Any, url: str) -> list[Any]:
-        client = _dbos_client(url)
-        try:
-            # No agents here: a claimed turn with no workflow is ended typed, not started
-            # (a running server's reconciler starts it instead).
-            return await heal(
-                _operator_context(store, url, client), grace_seconds=args.grace, can_start=False
-            )
-        finally:
-            client.destroy()
-
-    repairs = _with_store(args, work)
+    repairs = _with_operator(args, work)
     if args.json:
         _print_json([r.dump() for r in repairs])
     elif not repairs:
@@ -599,11 +531,10 @@ def _run_heal(args: argparse.Namespace) -> int:
 
 
 def _run_executors(args: argparse.Namespace) -> int:
-    from .config import HelixSettings
     from .runtime.fleet import forward_stranded, list_executors, pending_by_version
 
-    async def work(store: Any, url: str) -> Any:
-        settings = HelixSettings.from_env(database_url=url)
+    async def work(operator: Operator) -> Any:
+        settings, store = operator.settings, operator.store
         moved = None
         if args.forward:
             moved = await forward_stranded(
@@ -616,7 +547,7 @@ def _run_executors(args: argparse.Namespace) -> int:
         found = await list_executors(store, settings.adopt_after_seconds, include_gone=args.all)
         return settings, found, await pending_by_version(store), moved
 
-    settings, found, versions, moved = _with_store(args, work)
+    settings, found, versions, moved = _with_operator(args, work)
     if args.json:
         body: dict[str, Any] = {
             "applicationVersion": settings.application_version,
@@ -705,10 +636,10 @@ def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
 def _run_checkpoints(args: argparse.Namespace) -> int:
     from .runtime.lifecycle import checkpoints_of
 
-    async def work(store: Any, _url: str) -> Any:
-        return await checkpoints_of(store, args.session)
+    async def work(operator: Operator) -> Any:
+        return await checkpoints_of(operator.store, args.session)
 
-    rows = _with_store(args, work)
+    rows = _with_operator(args, work)
     if args.json:
         _print_json(rows)
         return EXIT_OK

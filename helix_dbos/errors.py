@@ -1,10 +1,10 @@
-"""Errors raised by helix_dbos, each with a stable string code, ``retryable`` and ``http_status``.
+"""Errors raised by helix_dbos, each with a stable code (an ``ErrorCode``), ``retryable`` and ``http_status``.
 
 The hierarchy::
 
     HelixError
-    ├── ConfigError                 validation_error      500  the application misconfigured the library
-    ├── ToolDefinitionError         validation_error      500  define_tool / define_agent refused a definition
+    ├── ConfigError                 config_error          500  the application misconfigured the library
+    ├── ToolDefinitionError         config_error          500  define_tool / define_agent refused a definition
     ├── RequestValidationError      validation_error      400  a submit/resume body is not valid
     ├── InvalidResultError          INVALID_RESULT        400  a result failed the tool's output schema
     ├── ApprovalMismatchError       approval_mismatch     400  an approval for another call or other arguments
@@ -27,6 +27,7 @@ Every error pickles through its fields (DBOS pickles exceptions that leave a ste
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ApprovalMismatchError",
     "AuthError",
     "ConfigError",
+    "ErrorCode",
     "HelixError",
     "InvalidResultError",
     "NotSupportedError",
@@ -67,55 +69,77 @@ INVALID_RESULT_MESSAGE = "The submitted result failed the tool output validation
 #: The fixed message of ``store_unavailable``; it never carries the driver's text.
 STORE_UNAVAILABLE_MESSAGE = "The session store is unavailable; retry the request shortly"
 
+
+class ErrorCode(StrEnum):
+    """Every code the framework itself raises or records: one code per meaning.
+
+    Members are strings (``ErrorCode.STATE_NOT_FOUND == "state_not_found"``), so a code read
+    back from JSON compares equal to its member. A code is a contract with clients: add new
+    ones, never rename one.
+    """
+
+    # Client-tool results the framework (not the client) produced.
+    CLIENT_TOOL_TIMEOUT = "client_tool_timeout"
+    CLIENT_TOOL_ABANDONED = "client_tool_abandoned"
+    ABORTED = "aborted"
+    RUNTIME_RESTARTED = "runtime_restarted"
+    DISPOSED = "disposed"
+    VALIDATION_FAILED = "validation_failed"
+    NOT_EXECUTED = "not_executed"
+    APPROVAL_DENIED = "approval_denied"
+    # Requests (4xx).
+    VALIDATION_ERROR = "validation_error"
+    INVALID_RESULT = "INVALID_RESULT"
+    APPROVAL_MISMATCH = "approval_mismatch"
+    VALIDATION_PAYLOAD_TOO_LARGE = "validation_payload_too_large"
+    STATE_NOT_FOUND = "state_not_found"
+    STATE_RUN_SUPERSEDED = "state_run_superseded"
+    STATE_NOT_RESUMABLE = "state_not_resumable"
+    STATE_ALREADY_RUNNING = "state_already_running"
+    STATE_CONFLICT = "state_conflict"
+    STATE_SIZE_EXCEEDED = "state_size_exceeded"
+    UNKNOWN_TOOL_CALL = "unknown_tool_call"
+    FRAMEWORK_AGENT_NOT_FOUND = "framework_agent_not_found"
+    FRAMEWORK_NOT_SUPPORTED = "framework_not_supported"
+    RATE_LIMITED = "rate_limited"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    # The server (5xx) and turns.
+    CONFIG_ERROR = "config_error"
+    FRAMEWORK_CANCELLED = "framework_cancelled"
+    FRAMEWORK_INTERNAL_ERROR = "framework_internal_error"
+    SCHEMA_NOT_CURRENT = "schema_not_current"
+    STORE_UNAVAILABLE = "store_unavailable"
+    FRAMEWORK_TURN_LOST = "framework_turn_lost"
+    TRANSPORT_ERROR = "transport_error"
+    MAX_STEPS_EXCEEDED = "max_steps_exceeded"
+    TOOL_EXECUTION_FAILED = "tool_execution_failed"
+    # LLM providers.
+    PROVIDER_RATE_LIMIT = "provider_rate_limit"
+    PROVIDER_OVERLOADED = "provider_overloaded"
+    PROVIDER_TIMEOUT = "provider_timeout"
+    PROVIDER_AUTH = "provider_auth"
+    PROVIDER_BAD_REQUEST = "provider_bad_request"
+    PROVIDER_CONTEXT_TOO_LONG = "provider_context_too_long"
+    PROVIDER_ERROR = "provider_error"
+
+
 #: Codes a client-tool result can carry when the framework, not the client, produced it.
-CLIENT_TOOL_ERROR_CODES: frozenset[str] = frozenset(
+CLIENT_TOOL_ERROR_CODES: frozenset[ErrorCode] = frozenset(
     {
-        "client_tool_timeout",
-        "client_tool_abandoned",
-        "aborted",
-        "runtime_restarted",
-        "disposed",
-        "validation_failed",
-        "not_executed",
-        "approval_denied",
+        ErrorCode.CLIENT_TOOL_TIMEOUT,
+        ErrorCode.CLIENT_TOOL_ABANDONED,
+        ErrorCode.ABORTED,
+        ErrorCode.RUNTIME_RESTARTED,
+        ErrorCode.DISPOSED,
+        ErrorCode.VALIDATION_FAILED,
+        ErrorCode.NOT_EXECUTED,
+        ErrorCode.APPROVAL_DENIED,
     }
 )
 
 #: Every code the framework itself raises or records.
-KNOWN_ERROR_CODES: frozenset[str] = CLIENT_TOOL_ERROR_CODES | frozenset(
-    {
-        "validation_error",
-        "INVALID_RESULT",
-        "approval_mismatch",
-        "validation_payload_too_large",
-        "state_not_found",
-        "state_run_superseded",
-        "state_not_resumable",
-        "state_already_running",
-        "state_conflict",
-        "state_size_exceeded",
-        "unknown_tool_call",
-        "framework_agent_not_found",
-        "framework_not_supported",
-        "framework_cancelled",
-        "framework_internal_error",
-        "rate_limited",
-        "unauthorized",
-        "forbidden",
-        "schema_not_current",
-        "store_unavailable",
-        "transport_error",
-        "max_steps_exceeded",
-        "tool_execution_failed",
-        "provider_rate_limit",
-        "provider_overloaded",
-        "provider_timeout",
-        "provider_auth",
-        "provider_bad_request",
-        "provider_context_too_long",
-        "provider_error",
-    }
-)
+KNOWN_ERROR_CODES: frozenset[ErrorCode] = frozenset(ErrorCode)
 
 
 def is_known_error_code(code: object) -> bool:
@@ -138,14 +162,18 @@ class HelixError(Exception):
         details: extra typed fields that go into the HTTP error body.
     """
 
-    code: str = "framework_internal_error"
+    code: str = ErrorCode.FRAMEWORK_INTERNAL_ERROR
     http_status: int = 500
     retryable: bool = False
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, *, retryable: bool | None = None, **details: Any) -> None:
+        """``retryable`` overrides the class's default for this error (a partial batch is
+        retryable, a completed session is not); ``details`` go into the HTTP error body."""
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details
+        if retryable is not None:
+            self.retryable = retryable
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuild from the message and fields so the error survives DBOS's pickling.
@@ -174,30 +202,30 @@ def _rebuild(
 
 
 class ConfigError(HelixError):
-    """The application configured the library wrongly (bad URL, bad limit)."""
+    """The application configured the library wrongly (bad URL, bad limit): a server error."""
 
-    code = "validation_error"
+    code = ErrorCode.CONFIG_ERROR
     http_status = 500
 
 
 class ToolDefinitionError(HelixError):
-    """``define_tool`` or ``define_agent`` refused a definition."""
+    """``define_tool`` or ``define_agent`` refused a definition (the application's mistake)."""
 
-    code = "validation_error"
+    code = ErrorCode.CONFIG_ERROR
     http_status = 500
 
 
 class RequestValidationError(HelixError):
     """A request body is not valid; the message is fixed unless verbose errors are on."""
 
-    code = "validation_error"
+    code = ErrorCode.VALIDATION_ERROR
     http_status = 400
 
 
 class InvalidResultError(HelixError):
     """A submitted result failed the owning tool's output schema. Nothing was stored."""
 
-    code = "INVALID_RESULT"
+    code = ErrorCode.INVALID_RESULT
     http_status = 400
 
     def __init__(self, tool_name: str, tool_call_id: str, issues: list[Any] | None = None) -> None:
@@ -214,14 +242,14 @@ class InvalidResultError(HelixError):
 class ApprovalMismatchError(HelixError):
     """An approval names another call or run, or arguments other than those shown."""
 
-    code = "approval_mismatch"
+    code = ErrorCode.APPROVAL_MISMATCH
     http_status = 400
 
 
 class PayloadTooLargeError(HelixError):
     """A result (or a request body) is over the submit size limit. Nothing was stored."""
 
-    code = "validation_payload_too_large"
+    code = ErrorCode.VALIDATION_PAYLOAD_TOO_LARGE
     http_status = 413
 
     def __init__(self, cause: str, limit_bytes: int, size_bytes: int | None) -> None:
@@ -238,42 +266,42 @@ class PayloadTooLargeError(HelixError):
 class StateSizeExceededError(HelixError):
     """An answer would push the stored pending map over the store's limit. Nothing was stored."""
 
-    code = "state_size_exceeded"
+    code = ErrorCode.STATE_SIZE_EXCEEDED
     http_status = 413
 
 
 class SessionNotFoundError(HelixError):
     """No session has this id."""
 
-    code = "state_not_found"
+    code = ErrorCode.STATE_NOT_FOUND
     http_status = 404
 
 
 class AgentNotFoundError(HelixError):
     """No agent of this type is registered."""
 
-    code = "framework_agent_not_found"
+    code = ErrorCode.FRAMEWORK_AGENT_NOT_FOUND
     http_status = 404
 
 
 class RunSupersededError(HelixError):
     """A late submit to a run another entry has superseded; nothing was written."""
 
-    code = "state_run_superseded"
+    code = ErrorCode.STATE_RUN_SUPERSEDED
     http_status = 409
 
 
 class AgentNotResumableError(HelixError):
     """The session cannot be resumed in this mode (partial batch, completed, failed ...)."""
 
-    code = "state_not_resumable"
+    code = ErrorCode.STATE_NOT_RESUMABLE
     http_status = 409
 
 
 class AgentAlreadyRunningError(HelixError):
     """A run of the session is already going; a new entry would race it."""
 
-    code = "state_already_running"
+    code = ErrorCode.STATE_ALREADY_RUNNING
     http_status = 409
     retryable = True
 
@@ -281,7 +309,7 @@ class AgentAlreadyRunningError(HelixError):
 class StaleStateError(HelixError):
     """Compare-and-swap retries on a session row were exhausted."""
 
-    code = "state_conflict"
+    code = ErrorCode.STATE_CONFLICT
     http_status = 409
     retryable = True
 
@@ -289,14 +317,14 @@ class StaleStateError(HelixError):
 class NotSupportedError(HelixError):
     """The operation is not supported in this situation."""
 
-    code = "framework_not_supported"
+    code = ErrorCode.FRAMEWORK_NOT_SUPPORTED
     http_status = 400
 
 
 class RateLimitedError(HelixError):
     """Too many submits for one session; nothing was stored."""
 
-    code = "rate_limited"
+    code = ErrorCode.RATE_LIMITED
     http_status = 429
     retryable = True
 
@@ -304,13 +332,13 @@ class RateLimitedError(HelixError):
 class AuthError(HelixError):
     """The authenticate hook refused the request."""
 
-    code = "unauthorized"
+    code: str = ErrorCode.UNAUTHORIZED
     http_status = 401
 
     def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
         super().__init__(message)
         self.http_status = status
-        self.code = code or ("forbidden" if status == 403 else "unauthorized")
+        self.code = code or (ErrorCode.FORBIDDEN if status == 403 else ErrorCode.UNAUTHORIZED)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.message,), {"http_status": self.http_status, "code": self.code})
@@ -319,7 +347,7 @@ class AuthError(HelixError):
 class SchemaNotCurrentError(HelixError):
     """The session tables are missing or behind; the message names the command to run."""
 
-    code = "schema_not_current"
+    code = ErrorCode.SCHEMA_NOT_CURRENT
     http_status = 503
 
 
@@ -357,7 +385,7 @@ class ProviderError(HelixError):
         self,
         message: str,
         *,
-        code: str = "provider_error",
+        code: str = ErrorCode.PROVIDER_ERROR,
         retryable: bool = False,
         status: int | None = None,
     ) -> None:

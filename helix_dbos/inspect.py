@@ -1,22 +1,23 @@
 """The operator's read model: recent sessions, and everything about one session.
 
-``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions. They only read:
-the session tables through the store, plus DBOS's ``workflow_status`` row of each turn, queried
-directly (``dbos.workflow_status`` on Postgres, ``workflow_status`` in the SQLite file), so no
-DBOS process is launched and nothing a running runtime owns is touched.
+``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions, which only read,
+through an :class:`~helix_dbos.runtime.operator.Operator`: the session tables through the store,
+and DBOS's status of each turn through DBOS's public client. No DBOS process is launched and
+nothing a running runtime owns is touched.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from .core.clock import now_ms
 from .core.messages import Message
 from .core.session import PendingCall, SessionState, Tombstone
-from .store.store import SessionStore, now_ms
+from .runtime.fleet import adoption_history
+from .runtime.operator import Operator, WorkflowInfo
 
 if TYPE_CHECKING:
     from .runtime.fleet import ExecutorInfo
@@ -32,24 +33,7 @@ __all__ = [
     "render_executors",
     "render_report",
     "render_sessions",
-    "workflow_statuses",
 ]
-
-
-def _param(store: SessionStore, name: str) -> str:
-    # Raw driver SQL: psycopg takes %(name)s, sqlite3 takes :name.
-    return f"%({name})s" if store.dialect == "postgresql" else f":{name}"
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def _when(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    parsed = datetime.fromisoformat(str(value))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -60,10 +44,16 @@ def _iso_ms(ms: int | None) -> str | None:
     return _iso(datetime.fromtimestamp(ms / 1000, UTC)) if ms is not None else None
 
 
-async def _rows(store: SessionStore, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    async with store.transaction() as conn:
-        result = await conn.exec_driver_sql(sql, params)
-        return [dict(row._mapping) for row in result.fetchall()]
+def _workflow_dump(w: WorkflowInfo) -> dict[str, Any]:
+    return {
+        "workflowId": w.workflow_id,
+        "status": w.status,
+        "executorId": w.executor_id,
+        "applicationVersion": w.application_version,
+        "recoveryAttempts": w.recovery_attempts,
+        "createdAt": _iso_ms(w.created_at),
+        "updatedAt": _iso_ms(w.updated_at),
+    }
 
 
 # -- recent sessions ------------------------------------------------------------------------
@@ -99,101 +89,27 @@ class SessionRow:
 
 
 async def list_sessions(
-    store: SessionStore,
+    operator: Operator,
     *,
     status: str | None = None,
     agent_type: str | None = None,
     limit: int = 20,
 ) -> list[SessionRow]:
     """The most recently updated sessions, newest first."""
-    where: list[str] = []
-    params: dict[str, Any] = {"limit": limit}
-    if status:
-        where.append(f"status = {_param(store, 'status')}")
-        params["status"] = status
-    if agent_type:
-        where.append(f"agent_type = {_param(store, 'agent')}")
-        params["agent"] = agent_type
-    sql = (
-        "SELECT session_id, agent_type, status, run_id, root_session_id, parent_session_id,"
-        " pending_client_tool_calls, created_at, updated_at FROM __agents_states"
-        + (" WHERE " + " AND ".join(where) if where else "")
-        + f" ORDER BY updated_at DESC, session_id LIMIT {_param(store, 'limit')}"
-    )
     return [
         SessionRow(
-            session_id=r["session_id"],
-            agent_type=r["agent_type"],
-            status=r["status"],
-            run_id=r["run_id"],
-            root_session_id=r["root_session_id"],
-            parent_session_id=r["parent_session_id"],
-            pending_calls=len(_json(r["pending_client_tool_calls"]) or {}),
-            created_at=_when(r["created_at"]),
-            updated_at=_when(r["updated_at"]),
+            session_id=listed.state.session_id,
+            agent_type=listed.state.agent_type,
+            status=listed.state.status,
+            run_id=listed.state.run_id,
+            root_session_id=listed.state.root_session_id,
+            parent_session_id=listed.state.parent_session_id,
+            pending_calls=len(listed.state.pending),
+            created_at=listed.created_at,
+            updated_at=listed.updated_at,
         )
-        for r in await _rows(store, sql, params)
+        for listed in await operator.sessions(status=status, agent_type=agent_type, limit=limit)
     ]
-
-
-# -- DBOS's side ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WorkflowInfo:
-    """A turn's DBOS workflow, from its ``workflow_status`` row."""
-
-    workflow_id: str
-    status: str
-    executor_id: str | None
-    application_version: str | None
-    recovery_attempts: int
-    created_at: int | None
-    updated_at: int | None
-
-    def dump(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "workflowId": self.workflow_id,
-            "status": self.status,
-            "executorId": self.executor_id,
-            "applicationVersion": self.application_version,
-            "recoveryAttempts": self.recovery_attempts,
-            "createdAt": _iso_ms(self.created_at),
-            "updatedAt": _iso_ms(self.updated_at),
-        }
-
-
-async def workflow_statuses(
-    store: SessionStore, workflow_ids: Iterable[str]
-) -> dict[str, WorkflowInfo]:
-    """The DBOS status of each workflow that exists (none when DBOS's tables are missing)."""
-    ids = sorted(set(workflow_ids))
-    if not ids:
-        return {}
-    table = "dbos.workflow_status" if store.dialect == "postgresql" else "workflow_status"
-    names = [f"w{i}" for i in range(len(ids))]
-    sql = (
-        "SELECT workflow_uuid, status, executor_id, application_version, recovery_attempts,"
-        f" created_at, updated_at FROM {table} WHERE workflow_uuid IN"
-        f" ({', '.join(_param(store, n) for n in names)})"
-    )
-    try:
-        rows = await _rows(store, sql, dict(zip(names, ids, strict=True)))
-    except Exception:  # no DBOS system tables here yet: nothing to show
-        return {}
-    return {
-        r["workflow_uuid"]: WorkflowInfo(
-            workflow_id=r["workflow_uuid"],
-            status=r["status"],
-            executor_id=r["executor_id"],
-            application_version=r["application_version"],
-            recovery_attempts=int(r["recovery_attempts"] or 0),
-            created_at=r["created_at"],
-            updated_at=r["updated_at"],
-        )
-        for r in rows
-    }
 
 
 # -- one session ----------------------------------------------------------------------------
@@ -262,7 +178,7 @@ class SessionReport:
             "rootSessionId": s.root_session_id,
             "parentSessionId": s.parent_session_id,
             "error": s.error,
-            "workflow": self.workflow.dump() if self.workflow else None,
+            "workflow": _workflow_dump(self.workflow) if self.workflow else None,
             "pendingToolCalls": [
                 {
                     **call.dump(),
@@ -301,7 +217,7 @@ def _build_tree(states: Sequence[SessionState], workflows: dict[str, WorkflowInf
 
 
 async def inspect_session(
-    store: SessionStore, session_id: str, *, messages: int = 10
+    operator: Operator, session_id: str, *, messages: int = 10
 ) -> SessionReport:
     """The session's row, its tree from the root, pending calls, ownership, tombstones, the
     last ``messages`` messages and the DBOS status of every turn in the tree.
@@ -309,11 +225,11 @@ async def inspect_session(
     Raises:
         SessionNotFoundError: no such session.
     """
-    session = await store.get(session_id)
-    root = session if session.is_root else await store.get(session.root_session_id)
-    tree = [root, *await store.descendants(root.session_id)]
-    workflows = await workflow_statuses(store, (s.workflow_id for s in tree if s.workflow_id))
-    history = await store.load_messages(session_id)
+    tree = await operator.tree(session_id)
+    root = tree[0]
+    session = next(s for s in tree if s.session_id == session_id)
+    workflows = await operator.workflows(s.workflow_id for s in tree if s.workflow_id)
+    history = await operator.store.load_messages(session_id)
     mine = {session_id}
     for s in tree:  # the inspected session and everything below it
         if s.parent_session_id in mine:
@@ -325,7 +241,9 @@ async def inspect_session(
         for p in sorted(s.pending.values(), key=lambda p: (p.run_id, p.index))
     ]
     return SessionReport(
-        adoptions=await adoption_history(store, (s.workflow_id for s in tree if s.workflow_id)),
+        adoptions=await adoption_history(
+            operator.store, (s.workflow_id for s in tree if s.workflow_id)
+        ),
         session=session,
         root=root,
         workflow=workflows.get(session.workflow_id or ""),
@@ -335,33 +253,6 @@ async def inspect_session(
         tree=_build_tree(tree, workflows),
         at_ms=now_ms(),
     )
-
-
-async def adoption_history(
-    store: SessionStore, workflow_ids: Iterable[str]
-) -> list[dict[str, Any]]:
-    """The take-overs of these workflows by live processes, oldest first."""
-    ids = sorted(set(workflow_ids))
-    if not ids:
-        return []
-    names = [f"w{i}" for i in range(len(ids))]
-    sql = (
-        "SELECT workflow_id, kind, from_executor, from_version, adopted_by, to_version,"
-        " adopted_at FROM __agents_adoptions WHERE workflow_id IN"
-        f" ({', '.join(_param(store, n) for n in names)}) ORDER BY adopted_at, id"
-    )
-    return [
-        {
-            "workflowId": r["workflow_id"],
-            "kind": r["kind"],
-            "fromExecutor": r["from_executor"],
-            "fromVersion": r["from_version"],
-            "adoptedBy": r["adopted_by"],
-            "toVersion": r["to_version"],
-            "adoptedAt": _iso(_when(r["adopted_at"])),
-        }
-        for r in await _rows(store, sql, dict(zip(names, ids, strict=True)))
-    ]
 
 
 # -- rendering ------------------------------------------------------------------------------

@@ -68,7 +68,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_pg_database(url)
 
 
-_exit_status = 0
+_exit_status: int | None = None
+"""The session's exit status, once ``pytest_sessionfinish`` has run; ``None`` until then."""
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -83,7 +84,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     DBOS keeps the worker threads of runtimes that earlier tests destroyed; one that was
     mid-operation when its test database was dropped retries its connection with growing
     sleeps, and the interpreter would join it at exit for minutes. Nothing is left to run.
+
+    Only after ``pytest_sessionfinish`` has recorded the real status: when configuration or
+    session start fails (a malformed option, an INTERNALERROR), pytest skips it, and leaving
+    here would turn that failure into exit 0. Then pytest exits the usual way, with its code.
     """
+    if _exit_status is None:
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)

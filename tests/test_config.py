@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_bad_urls_are_refused(url: str) -> None:
     """Unsupported schemes and URLs without a database raise ConfigError."""
     with pytest.raises(ConfigError) as info:
         parse_database_url(url)
-    assert info.value.code == "validation_error"
+    assert info.value.code == "config_error"
 
 
 @pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite+aiosqlite:///:memory:"])
@@ -161,13 +162,13 @@ def test_from_env_reads_helix_variables() -> None:
     assert s.max_executor_threads == 8
     assert s.sqlite_poll_seconds == 0.5
     assert s.dbos_log_level == "INFO"
-    assert s.forward_versions == {"2024.05", "2024.04"}
+    assert s.forward_versions == frozenset({"2024.05", "2024.04"})
     assert (s.heartbeat_seconds, s.adopt_after_seconds) == (1.5, 6.0)
 
 
 def test_from_env_with_nothing_set_is_the_defaults() -> None:
     """Empty variables count as unset (the executor id is generated per settings object)."""
-    same = {"executor_id": "x"}
+    same: dict[str, Any] = {"executor_id": "x"}
     assert HelixSettings.from_env({}, **same) == HelixSettings(**same)
     assert HelixSettings.from_env({"HELIX_DATABASE_URL": ""}, **same) == HelixSettings(**same)
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import json
 import pickle
 from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +19,18 @@ from helix_dbos.errors import (
     CLIENT_TOOL_ERROR_CODES,
     KNOWN_ERROR_CODES,
     STORE_UNAVAILABLE_MESSAGE,
+    AgentNotResumableError,
     AuthError,
+    ConfigError,
+    ErrorCode,
     HelixError,
     InvalidResultError,
     PayloadTooLargeError,
     ProviderError,
+    RequestValidationError,
     StaleStateError,
     StoreUnavailableError,
+    ToolDefinitionError,
     is_client_tool_error_code,
     is_known_error_code,
 )
@@ -162,8 +171,8 @@ def test_client_tool_codes() -> None:
     assert CLIENT_TOOL_ERROR_CODES <= KNOWN_ERROR_CODES
     for code in ("client_tool_timeout", "aborted", "runtime_restarted", "approval_denied"):
         assert is_client_tool_error_code(code)
-    for code in ("state_conflict", "confirm_cancelled", None, 1):
-        assert not is_client_tool_error_code(code)
+    for other in ("state_conflict", "confirm_cancelled", None, 1):
+        assert not is_client_tool_error_code(other)
 
 
 def test_unpickled_error_can_be_raised_and_caught() -> None:
@@ -173,3 +182,71 @@ def test_unpickled_error_can_be_raised_and_caught() -> None:
         raise err
     with pytest.raises(HelixError):
         raise err
+
+
+def test_error_codes_are_one_string_enum() -> None:
+    """Codes are ErrorCode members: strings on the wire, and the known set is the enum."""
+    assert issubclass(ErrorCode, StrEnum)
+    assert set(ErrorCode) == set(KNOWN_ERROR_CODES)
+    code: str = ErrorCode.STATE_NOT_FOUND
+    assert code == "state_not_found"
+    assert json.dumps({"code": ErrorCode.STATE_CONFLICT}) == '{"code": "state_conflict"}'
+    assert len({code.value for code in ErrorCode}) == len(ErrorCode)
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__qualname__)
+def test_every_class_code_is_an_error_code(cls: type[HelixError]) -> None:
+    """No class carries a code outside the enum (a typo would be a new, unknown code)."""
+    assert build(cls).code in set(ErrorCode)
+
+
+def test_server_configuration_is_not_client_validation() -> None:
+    """A misconfigured server (500) and an invalid request (400) have different codes."""
+    assert (ConfigError.code, ConfigError.http_status) == ("config_error", 500)
+    assert (ToolDefinitionError.code, ToolDefinitionError.http_status) == ("config_error", 500)
+    assert (RequestValidationError.code, RequestValidationError.http_status) == (
+        "validation_error",
+        400,
+    )
+
+
+def test_retryable_is_given_at_construction() -> None:
+    """A retryable instance of a non-retryable class is built so, and survives pickling."""
+    partial = AgentNotResumableError("partial batch", sessionId="s", retryable=True)
+    assert partial.retryable and not AgentNotResumableError.retryable
+    assert partial.to_body() == {
+        "error": "partial batch",
+        "code": "state_not_resumable",
+        "retryable": True,
+        "sessionId": "s",
+    }
+    assert pickle.loads(pickle.dumps(partial)).retryable is True
+    assert not StaleStateError("x", retryable=False).retryable
+
+
+def _mutations(source: str) -> list[str]:
+    """``<expr>.code = ...`` / ``<expr>.retryable = ...`` outside a constructor's ``self``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in ("code", "retryable", "http_status")
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+                ):
+                    found.append(f"line {node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_no_error_instance_is_mutated_after_construction() -> None:
+    """Errors get their code and retryable from their constructor, never by assignment."""
+    package = Path(errors_module.__file__).parent
+    offenders = {
+        str(path.relative_to(package)): found
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "errors.py" and (found := _mutations(path.read_text()))
+    }
+    assert offenders == {}
+    assert _mutations("exc = E('x')\nexc.retryable = True\n") == ["line 2: exc.retryable"]

@@ -131,7 +131,7 @@ class RouteContext:
         set_request_context(request, session_id, parsed)
         await run_authenticate(self.authenticate, request, operation)
         if parse_error is not None:
-            details = {"cause": "json"}
+            details: dict[str, Any] = {"cause": "json"}
             if self.verbose:
                 details["details"] = parse_error
             raise RequestValidationError(message, **details)

@@ -20,9 +20,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..core.clock import now_ms
 from ..core.events import SessionEvent
+from ..runtime import records
 from ..runtime.runtime import AgentRuntime
-from ..store.store import now_ms
 from .frames import KEEP_ALIVE, frame
 
 __all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
@@ -55,7 +56,7 @@ async def message_waiting(runtime: AgentRuntime, session_id: str) -> bool:
     # A new message delivered over the pending calls (resume with_message) wakes the parked
     # turn although its calls look unanswered: the runtime stashes it on the session first.
     state = await runtime.session(session_id)
-    return "entryInput" in state.metadata
+    return records.STASH_KEY in state.metadata
 
 
 async def event_stream(

@@ -204,13 +204,12 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         p.tool_call_id for p in unanswered(batch_of(root.pending, run_id)) if not p.lapsed_by(at)
     ]
     if awaited and not abandon:
-        exc = AgentNotResumableError(
+        raise AgentNotResumableError(
             f"The batch is partial: still awaiting {', '.join(awaited)}",
             sessionId=root.session_id,
             awaitedToolCallIds=awaited,
+            retryable=True,
         )
-        exc.retryable = True
-        raise exc
 
     def stash(states: dict[str, SessionState]) -> list[str]:
         s = states[root.session_id]

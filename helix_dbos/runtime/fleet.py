@@ -335,6 +335,39 @@ async def _record(
         await conn.execute(adoptions.insert(), rows)
 
 
+async def adoption_history(
+    store: SessionStore, workflow_ids: Iterable[str]
+) -> list[dict[str, Any]]:
+    """The take-overs of these workflows by live processes, oldest first (for ``inspect``)."""
+    ids = sorted(set(workflow_ids))
+    if not ids:
+        return []
+    query = (
+        sa.select(adoptions)
+        .where(adoptions.c.workflow_id.in_(ids))
+        .order_by(adoptions.c.adopted_at, adoptions.c.id)
+    )
+    async with store.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {
+            "workflowId": r.workflow_id,
+            "kind": r.kind,
+            "fromExecutor": r.from_executor,
+            "fromVersion": r.from_version,
+            "adoptedBy": r.adopted_by,
+            "toVersion": r.to_version,
+            "adoptedAt": _as_utc(r.adopted_at).isoformat(),
+        }
+        for r in rows
+    ]
+
+
+def _as_utc(at: datetime) -> datetime:
+    # SQLite hands timestamps back without their zone; they were written in UTC.
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 class Fleet:
     """This process's membership in the fleet: its heartbeat and its sweeps.
 

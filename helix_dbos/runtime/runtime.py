@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,14 +12,15 @@ from sqlalchemy.exc import IntegrityError
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
+from ..core.clock import now_ms
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
-from ..store.store import SessionStore, now_ms
-from . import context, lifecycle, names
+from ..store.store import SessionStore
+from . import context, lifecycle, names, records
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
 from .fleet import Fleet
@@ -211,11 +211,11 @@ class AgentRuntime:
             AgentAlreadyRunningError: the session has a turn running or parked.
         """
         self.registry.get(agent_type)
-        sid = session_id or f"ses_{uuid.uuid4().hex}"
+        sid = session_id or records.new_session_id()
         return await self._enter(sid, agent_type, message)
 
     async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
-        turn_id = f"run_{uuid.uuid4().hex[:24]}"
+        turn_id = records.new_run_id()
         try:
             state = await self.store.transact(
                 lambda conn: open_turn(
@@ -302,13 +302,12 @@ class AgentRuntime:
                 if not p.lapsed_by(at)
             ]
             if awaited:
-                exc = AgentNotResumableError(
+                raise AgentNotResumableError(
                     f"The batch is partial: still awaiting {', '.join(awaited)}",
                     sessionId=root.session_id,
                     awaitedToolCallIds=awaited,
+                    retryable=True,
                 )
-                exc.retryable = True
-                raise exc
         run_id = root.run_id or ""
         if root.status == "suspended_client_tool" and root.pending:
             run_id = names.next_run_id(run_id)
@@ -359,7 +358,7 @@ class AgentRuntime:
         message: str | None,
         checkpoint_id: str | None,
     ) -> TurnHandle:
-        run_id = f"run_{uuid.uuid4().hex[:24]}"
+        run_id = records.new_run_id()
         workflow_id, workflow = await lifecycle.start_lifecycle(
             session_id, run_id, op, message, checkpoint_id
         )

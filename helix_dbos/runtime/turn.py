@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
-from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSMaxStepRetriesExceeded
+from dbos import error as dbos_error
 
 from ..core.agents import Agent
 from ..core.llm import LLMResponse
@@ -87,7 +87,7 @@ class _Turn:
                 return await self._finish("failed", "", self._error(None, "max_steps_exceeded"))
             except HelixError as exc:
                 return await self._fail(exc, exc)
-            except DBOSMaxStepRetriesExceeded as exc:
+            except dbos_error.DBOSMaxStepRetriesExceeded as exc:
                 # A retryable provider error that kept failing: fail typed with the last one.
                 last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
                 return await self._fail(last or internal_error(), exc)
@@ -260,7 +260,7 @@ class _Turn:
             )
         try:
             outcome: dict[str, Any] = await handle.get_result()
-        except DBOSAwaitedWorkflowCancelledError:
+        except dbos_error.DBOSAwaitedWorkflowCancelledError:
             # The child alone was interrupted or aborted: the parent reads a failed result and
             # goes on. (When the parent is stopped too, its next step refuses to run.) DBOS
             # records the awaited error, so a replay takes this same branch.

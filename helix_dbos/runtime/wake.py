@@ -16,17 +16,30 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..observability.log import log_event
 from .context import RuntimeContext
 
-__all__ = ["send_in_transaction", "send_to_turn", "wake_local"]
+__all__ = ["local_waiter", "send_in_transaction", "send_to_turn", "wake_local"]
 
 
-def wake_local(workflow_id: str, topic: str) -> bool:
-    """Signal a ``recv`` waiting in this process on ``(workflow_id, topic)``; ``True`` if one was."""
+def local_waiter(workflow_id: str, topic: str) -> Any | None:
+    """The in-memory signal of a ``recv`` waiting in this process on ``(workflow_id, topic)``.
+
+    The one read of DBOS internals (DBOS has no public API for it): the system database's map
+    of waiting ``recv`` calls, keyed ``<workflow id>::<topic>``. ``None`` when nothing waits
+    here, or when DBOS has changed shape; ``tests/runtime/test_wake.py`` fails in that case.
+    """
     try:
         from dbos._dbos import _get_dbos_instance
 
-        signal = _get_dbos_instance()._sys_db.notifications_map.get(f"{workflow_id}::{topic}")
+        return _get_dbos_instance()._sys_db.notifications_map.get(f"{workflow_id}::{topic}")
     except Exception:
-        return False
+        return None
+
+
+def wake_local(workflow_id: str, topic: str) -> bool:
+    """Signal a ``recv`` waiting in this process on ``(workflow_id, topic)``; ``True`` if one was.
+
+    Call it only after the message is committed: a woken ``recv`` reads its message at once.
+    """
+    signal = local_waiter(workflow_id, topic)
     if signal is None:
         return False
     signal.set()

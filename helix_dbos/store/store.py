@@ -38,6 +38,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..config import parse_database_url
+from ..core.clock import now_ms  # re-exported: older imports read it from here
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
@@ -177,11 +178,6 @@ def _current_patience() -> float | None:
 
 def _backoff(attempt: int) -> float:
     return min(2.0, 0.05 * float(2 ** min(attempt, 6))) * random.uniform(0.5, 1.0)
-
-
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds."""
-    return int(datetime.now(UTC).timestamp() * 1000)
 
 
 def _now() -> datetime:

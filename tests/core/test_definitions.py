@@ -30,7 +30,7 @@ def test_reserved_prefixes_are_exported_and_refused() -> None:
     for prefix in RESERVED_TOOL_NAME_PREFIXES:
         with pytest.raises(ToolDefinitionError) as exc:
             define_tool(f"{prefix}x", "d", In, Out, execute="client")
-        assert exc.value.code == "validation_error"
+        assert exc.value.code == "config_error"
 
 
 def test_client_tool_cannot_finish_with() -> None:

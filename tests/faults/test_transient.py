@@ -231,9 +231,9 @@ def test_causes_and_contexts_are_followed(cluster: PrivateCluster, cluster_url: 
     assert is_transient(_raised(raise_from))
     assert is_transient(_raised(raise_in_handler))
     assert not is_transient(_raised(raise_during))
-    assert not is_transient(ExceptionGroup("mixed", [root, RuntimeError("a bug")]))
+    assert not is_transient(ExceptionGroup("mixed", [root, RuntimeError("a bug")]))  # type: ignore[type-var]
     wrapped_twice = _raised(raise_from)
-    assert is_transient(ExceptionGroup("all transient", [root, wrapped_twice]))
+    assert is_transient(ExceptionGroup("all transient", [root, wrapped_twice]))  # type: ignore[type-var]
 
 
 def test_pool_checkout_timeout_is_transient(cluster_url: str) -> None:

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from helix_dbos.runtime import AgentRuntime
+from tests.processes import reaped
 
 from . import replay_worker
 from .fake_servers import FakeServer, Recorded, Reply, openai_text, openai_tool_calls
@@ -27,19 +28,20 @@ async def test_recovered_turn_does_not_call_the_provider_again(pg_url: str) -> N
     """One request before the SIGKILL, one after the answer: never the first one twice."""
     with FakeServer(weather) as server:
         base_url = f"{server.url}/v1"
-        child = subprocess.Popen(
+        worker = subprocess.Popen(
             [sys.executable, replay_worker.__file__, pg_url],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "FAKE_BASE_URL": base_url},
         )
-        assert child.stdout is not None
-        session_id = child.stdout.readline().strip()
-        assert session_id, child.stderr.read() if child.stderr else ""
-        assert len(server.requests) == 1
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=10)
+        with reaped(worker) as child:
+            assert child.stdout is not None
+            session_id = child.stdout.readline().strip()
+            assert session_id, child.stderr.read() if child.stderr else ""
+            assert len(server.requests) == 1
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
 
         runtime = AgentRuntime([replay_worker.agent(base_url)], replay_worker.settings(pg_url))
         await runtime.launch()

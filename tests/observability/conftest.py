@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,11 +19,8 @@ import pytest
 
 from helix_dbos.observability.log import reset_event_levels, set_service_name
 from helix_dbos.runtime import AgentRuntime
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from obs_agents import make_agents
-from obs_helpers import settings_for
+from tests.observability.obs_agents import make_agents
+from tests.observability.obs_helpers import settings_for
 
 PG_ADMIN_URL = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -127,7 +122,7 @@ async def launch(pg_url: str) -> AsyncIterator[LaunchRuntime]:
     async def make(
         *,
         timeout: float = 30.0,
-        fast_timeout: float = 0.4,
+        fast_timeout: float = 2.0,
         scrubber: Callable[[str], str] | None = None,
         service_name: str | None = None,
         **settings: Any,

@@ -10,11 +10,13 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
-from obs_agents import make_agents
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.runtime import AgentRuntime
+from tests.observability.obs_agents import make_agents
 
 
 async def main(url: str, executor_id: str, version: str) -> None:

@@ -52,7 +52,7 @@ def plan_script(request: LLMRequest) -> LLMResponse:
     return reply("done: " + " | ".join(m.content for m in done))
 
 
-def make_agents(timeout: float = 30.0, fast_timeout: float = 0.4) -> tuple[Agent, ...]:
+def make_agents(timeout: float = 30.0, fast_timeout: float = 2.0) -> tuple[Agent, ...]:
     """``ops`` (client deadline ``timeout``), ``ops_fast`` (``fast_timeout``) and ``lead``."""
     pick_color = define_tool(
         "pick_color",

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from helix_dbos.config import HelixSettings
+from helix_dbos.core.clock import now_ms
 from helix_dbos.errors import StaleStateError
-from helix_dbos.store.store import SessionStore, now_ms
+from helix_dbos.store.store import SessionStore
 
 __all__ = [
     "APP_VERSION",

@@ -17,15 +17,16 @@ from typing import Any
 import psycopg
 import pytest
 from dbos import DBOS, SetWorkflowID
-from obs_helpers import APP_VERSION, EXECUTOR_ID, populate
 
 from helix_dbos.observability import metrics
 from helix_dbos.runtime.turn import run_turn
+from tests.observability.obs_helpers import APP_VERSION, EXECUTOR_ID, populate
 
 pytestmark = pytest.mark.postgres_only
 
 HERE = Path(__file__).parent
-TIMEOUT, FAST = 30.0, 0.4
+#: Client deadlines: FAST lapses, but only after the test has seen its call pending.
+TIMEOUT, FAST = 30.0, 2.0
 
 
 def _rows(url: str, kind: str | None = None) -> list[dict[str, Any]]:
@@ -68,7 +69,9 @@ async def test_one_timeout_one_abort_two_answers_make_exactly_these_rows(
         # Written in the step that settled the call: the same instant as its tombstone.
         assert wait["timestamp"] == root.completed[call.tool_call_id].completed_at
     (timeout,) = data.by("timeout")
-    assert by_call[(metrics.CLIENT_TOOL_WAIT_MS, timeout.tool_call_id)]["data"]["value"] == 400
+    assert (
+        by_call[(metrics.CLIENT_TOOL_WAIT_MS, timeout.tool_call_id)]["data"]["value"] == FAST * 1000
+    )
     counters = [r for r in custom if r["source_type"] != metrics.CLIENT_TOOL_WAIT_MS]
     assert [r["data"]["value"] for r in counters] == [1, 1]
     assert not [r for r in custom if r["source_type"] == metrics.CLIENT_TOOL_RUNTIME_RESTARTED]

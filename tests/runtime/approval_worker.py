@@ -110,6 +110,7 @@ async def approve(url: str, session: str, tool_call_id: str, approval_id: str) -
         if workflow is None or workflow.status not in ("PENDING", "ENQUEUED"):
             break
         await asyncio.sleep(0.02)
+        assert workflow_id is not None
         workflow = await DBOS.get_workflow_status_async(workflow_id)
     history = await runtime.messages(session)
     print(

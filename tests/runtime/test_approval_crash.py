@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from helix_dbos.store.store import SessionStore
+from tests.processes import reaped
 from tests.runtime import approval_worker
 
 WORKER = Path(approval_worker.__file__)
@@ -49,7 +50,7 @@ def _workflow_status(url: str, workflow_id: str) -> tuple[str, str, str]:
             (workflow_id,),
         ).fetchone()
     assert row is not None
-    return row  # type: ignore[return-value]
+    return row
 
 
 @pytest.mark.slow
@@ -57,13 +58,11 @@ async def test_sigkill_with_pending_approval_then_restart_then_approve(
     pg_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "executions.jsonl"
-    parker = _run("park", pg_url, log=log)
-    try:
+    with reaped(_run("park", pg_url, log=log)) as parker:
         assert parker.stdout is not None
         line = parker.stdout.readline()
         assert line, parker.stderr.read() if parker.stderr else "the worker printed nothing"
         parked = json.loads(line)
-    finally:
         parker.send_signal(signal.SIGKILL)
         parker.wait(timeout=10)
     assert parker.returncode == -signal.SIGKILL
@@ -85,15 +84,9 @@ async def test_sigkill_with_pending_approval_then_restart_then_approve(
             approval_worker.VERSION,
         )
 
-        approver = _run(
-            "approve",
-            pg_url,
-            parked["session"],
-            parked["toolCallId"],
-            parked["approvalId"],
-            log=log,
-        )
-        out, err = approver.communicate(timeout=90)
+        approve = ("approve", pg_url, parked["session"], parked["toolCallId"], parked["approvalId"])
+        with reaped(_run(*approve, log=log)) as approver:
+            out, err = approver.communicate(timeout=90)
         assert approver.returncode == 0, err
         result = json.loads(out.strip().splitlines()[-1])
 

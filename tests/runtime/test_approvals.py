@@ -76,11 +76,11 @@ def banker(bank: Bank, llm: ScriptedLLM) -> Any:
             ),
             define_tool(
                 "quick_transfer",
-                "Move money, if approved within 0.5 s",
+                "Move money, if approved within 2 s",
                 Transfer,
                 execute=bank.transfer,
                 require_approval=True,
-                client_tool_timeout=0.5,
+                client_tool_timeout=2.0,  # seconds: the test sees it pending before it lapses
             ),
             define_tool(
                 "confirm",
@@ -185,7 +185,7 @@ async def test_deny_with_reason_and_timeout_never_run_the_tool(make_runtime: Any
     end = [e for e in await rt.events(sid) if e.type == "tool_end"][-1]
     assert end.data["errorCode"] == "approval_denied"
 
-    # Nobody answers the quick gate (0.5 s).
+    # Nobody answers the quick gate (2 s).
     handle = await rt.start("banker", "pay quickly")
     assert (await rt.wait(handle.session_id, timeout=15))["status"] == "completed"
     [request] = [e for e in await rt.events(handle.session_id) if e.type == "tool_approval_request"]

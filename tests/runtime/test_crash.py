@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helix_dbos.runtime import AgentRuntime
+from tests.processes import reaped
 from tests.runtime import crash_worker
 from tests.runtime.agents import editor_agent
 
@@ -33,22 +34,22 @@ async def test_sigkill_with_parked_turns(pg_url: str) -> None:
     """Kill a process with 4 parked turns (6 calls); submit some calls while it is down and
     the rest after a new process recovers them; every turn completes, no result lost or
     duplicated."""
-    parker = _run("park", pg_url, "4")
     turns = []
-    assert parker.stdout is not None
-    for line in parker.stdout:
-        if line.strip() == "parked":
-            break
-        turns.append(json.loads(line))
-    assert len(turns) == 4, parker.stderr.read() if parker.stderr else ""
-    parker.send_signal(signal.SIGKILL)
-    parker.wait(timeout=10)
+    with reaped(_run("park", pg_url, "4")) as parker:
+        assert parker.stdout is not None
+        for line in parker.stdout:
+            if line.strip() == "parked":
+                break
+            turns.append(json.loads(line))
+        assert len(turns) == 4, parker.stderr.read() if parker.stderr else ""
+        parker.send_signal(signal.SIGKILL)
+        parker.wait(timeout=10)
 
     # While no process owns the turns: answer every call of the first two turns.
     early = turns[:2]
     for turn in early:
-        submitter = _run("submit", pg_url, turn["session"], *turn["calls"])
-        out, err = submitter.communicate(timeout=60)
+        with reaped(_run("submit", pg_url, turn["session"], *turn["calls"])) as submitter:
+            out, err = submitter.communicate(timeout=60)
         assert submitter.returncode == 0, err
         assert [json.loads(x)["status"] for x in out.splitlines()] == ["accepted"] * len(
             turn["calls"]

@@ -120,7 +120,7 @@ async def test_interrupt_racing_submits_leaves_nothing_stuck(make_runtime: Any) 
         submit = rt.submit_tool_result(sid, call["toolCallId"], result={"text": "x"})
         stop = rt.interrupt(sid)
         _, stopped = await asyncio.gather(submit, stop)
-        return stopped.status
+        return str(stopped.status)
 
     said = await asyncio.gather(*(race(sid, calls[0]) for sid, calls in parked_sessions))
     await asyncio.sleep(1.0)

@@ -115,7 +115,7 @@ async def _fail_while_parked(
     calls = [c["toolCallId"] for c in await rt.wait_for_pending(handle.session_id, n)]
     state = await rt.session(handle.session_id)
     # Cancelled first: the answers below wake a workflow that can no longer commit them.
-    await DBOS.cancel_workflow_async(state.workflow_id)
+    await DBOS.cancel_workflow_async(state.workflow_id or "")
     for tcid in calls[:answer]:
         await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 7})
 

@@ -10,12 +10,13 @@ import sqlalchemy as sa
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError
 from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.schema import messages
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
 
-async def _tool_rows(runtime, session_id: str) -> list[str]:
+async def _tool_rows(runtime: AgentRuntime, session_id: str) -> list[str]:
     async with runtime.store.engine.connect() as conn:
         rows = (
             await conn.execute(
@@ -74,9 +75,12 @@ async def test_batch_of_three_submitted_one_at_a_time(make_runtime: MakeRuntime)
 
 
 async def test_deadline_lapse_is_a_timeout_result(make_runtime: MakeRuntime) -> None:
-    """A lapsed deadline gives the model client_tool_timeout; a later result is refused."""
+    """A lapsed deadline gives the model client_tool_timeout; a later result is refused.
+
+    The deadline is 2 s, not less: the test must see the call pending before it lapses.
+    """
     llm = ScriptedLLM(batch_script)
-    runtime = await make_runtime([editor_agent(timeout=0.5, llm=llm)])
+    runtime = await make_runtime([editor_agent(timeout=2.0, llm=llm)])
     handle = await runtime.start("editor", "1 edit")
     pending = await runtime.wait_for_pending(handle.session_id)
     view = await runtime.wait(handle.session_id, timeout=20)

@@ -246,7 +246,7 @@ async def test_completed_and_failed_sessions_are_not_resumable(make_runtime: Any
         before = await rt.session(session_id)
         for mode, message in (("continue", None), ("with_message", NEW_MESSAGE)):
             with pytest.raises(AgentNotResumableError) as refused:
-                await rt.resume(session_id, mode, message)  # type: ignore[arg-type]
+                await rt.resume(session_id, mode, message)
             assert refused.value.code == "state_not_resumable"
             assert refused.value.retryable is False
         after = await rt.session(session_id)

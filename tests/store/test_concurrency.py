@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
@@ -106,3 +109,34 @@ async def test_stale_save_is_refused(store: SessionStore) -> None:
         raise AssertionError("a stale save was accepted")
     assert (await store.get("s1")).metadata == {"by": "first"}
     assert newer.version == 1
+
+
+async def test_a_mutation_runs_again_after_a_lost_race(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``update`` re-runs the whole mutation on fresh states when its write loses: a mutation
+    must only change the states it is given and return its value, never collect into outer
+    variables (which would hold the lost attempt's work too)."""
+    await store.create_session(session("s1"))
+    calls: list[int] = []
+    original = SessionStore.save
+    lost = {"left": 1}
+
+    async def save(self: SessionStore, state: SessionState, conn: Any = None) -> SessionState:
+        if lost["left"]:
+            lost["left"] -= 1
+            raise StaleStateError("a concurrent writer won")
+        return await original(self, state, conn)
+
+    monkeypatch.setattr(SessionStore, "save", save)
+
+    def mutate(states: dict[str, SessionState]) -> int:
+        calls.append(1)
+        meta = states["s1"].metadata
+        meta["counter"] = int(meta.get("counter", 0)) + 1
+        return int(meta["counter"])
+
+    _, value = await store.update(["s1"], mutate, attempts=3)
+    assert len(calls) == 2  # the mutation ran twice
+    assert value == 1  # ...and its second run started from the stored state again
+    assert (await store.get("s1")).metadata["counter"] == 1

@@ -33,6 +33,7 @@ from helix_dbos.store.migrate import (
 )
 from helix_dbos.store.schema import VERSION_TABLE, metadata
 from helix_dbos.store.store import SessionStore
+from tests.processes import reaped
 
 REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
 OUR_TABLES = {
@@ -51,7 +52,7 @@ def engine(url: str) -> sa.Engine:
     return sa.create_engine(parse_database_url(url).sync, poolclass=sa.pool.NullPool)
 
 
-def run(url: str, sql: str, **params: Any) -> list[sa.Row[Any]]:
+def run(url: str, sql: str, **params: Any) -> list[Any]:
     """Run one statement in its own transaction; return its rows (if any)."""
     eng = engine(url)
     try:
@@ -234,7 +235,7 @@ def test_no_drift_between_revisions_and_schema(db_url: str) -> None:
 def test_drift_check_can_fail(db_url: str) -> None:
     """The comparison does see a column the revisions never created."""
     upgrade(db_url)
-    changed = sa.MetaData(naming_convention=dict(metadata.naming_convention))
+    changed = sa.MetaData(naming_convention=metadata.naming_convention)
     for table in metadata.tables.values():
         table.to_metadata(changed)
     changed.tables["__agents_usage"].append_column(sa.Column("unreleased", sa.Text))
@@ -311,15 +312,16 @@ def test_concurrent_upgrades_in_processes(pg_url: str) -> None:
         )
         for _ in range(2)
     ]
-    # Both have imported everything; release them at the same moment.
-    for proc in procs:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    outputs = [p.communicate(timeout=60) for p in procs]
+    with reaped(procs[0]), reaped(procs[1]):
+        # Both have imported everything; release them at the same moment.
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [p.communicate(timeout=60) for p in procs]
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert out.strip() == REVISIONS[-1]

@@ -1,9 +1,10 @@
-"""The production runbook's SQL runs verbatim against our tables and means what it says.
+"""The runbook's SQL runs against our tables and means what it says, on seeded rows.
 
-The statements below are copied character for character from the runbook ("Inspecting the
-ownership map", "When a persistent state-store outage breaks idempotency" and the usage
-aggregations of "Operating in Production"). Only the placeholders are replaced by real ids.
-The rows they read are written through the store, the way the runtime writes them.
+The statements are read from docs/runbook.md itself (``tests/runbook_sql.py``), never copied,
+so a changed runbook is what runs here: the ownership map, the duplicate tool-result check and
+the usage aggregations, with exact expected numbers. Only the placeholders are replaced by real
+ids. The rows they read are written through the store, the way the runtime writes them.
+(``tests/observability/test_runbook.py`` runs every statement on real turns.)
 """
 
 from __future__ import annotations
@@ -27,96 +28,25 @@ from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.store.store import SessionStore
 from tests.conftest import drop_pg_database
+from tests.runbook_sql import runbook_sql
 from tests.store.conftest import clone_pg_database
 from tests.store.store_builders import now_ms, pending_call, session
 
-# -- the runbook, verbatim -------------------------------------------------------------------
+# -- the runbook, read from docs/runbook.md ----------------------------------------------------
 
-OWNERSHIP_POSTGRES = """-- Postgres
-SELECT session_id,
-       client_tool_call_ownership,
-       pending_client_tool_calls
-FROM __agents_states
-WHERE session_id = 'your-root-session-id';"""
 
-OWNERSHIP_D1 = """-- D1 (Cloudflare)
-SELECT session_id,
-       client_tool_call_ownership,
-       pending_client_tool_calls
-FROM __agents_states
-WHERE session_id = 'your-root-session-id';"""
+def statement(name: str, lang: str = "sql") -> str:
+    """The runbook's statement ``name`` (in the language its fence declares)."""
+    found_lang, sql = runbook_sql()[name]
+    assert found_lang == lang, (name, found_lang)
+    return sql
 
-FIND_DUPLICATE_TOOL_RESULTS = """-- Postgres: find sessions with duplicate tool-result messages by toolCallId.
--- Adjust the messages-join per your schema (__agents_messages table).
-SELECT session_id, tool_call_id, COUNT(*)
-FROM __agents_messages
-WHERE role = 'tool'
-  AND tool_call_id IS NOT NULL
-GROUP BY session_id, tool_call_id
-HAVING COUNT(*) > 1
-ORDER BY 1, 2;"""
 
-DELETE_DUPLICATE_TOOL_RESULTS = """-- Postgres: delete all but the lowest-id duplicate for a given pair.
-DELETE FROM __agents_messages m
-WHERE role = 'tool'
-  AND session_id = 'YOUR_SESSION'
-  AND tool_call_id = 'YOUR_TOOLCALL_ID'
-  AND message_id > (
-    SELECT MIN(message_id) FROM __agents_messages
-    WHERE role = 'tool'
-      AND session_id = 'YOUR_SESSION'
-      AND tool_call_id = 'YOUR_TOOLCALL_ID'
-  );"""
-
-RESET_PENDING = """UPDATE __agents_states
-SET pending_client_tool_calls = '{}'::jsonb
-WHERE session_id = 'YOUR_SESSION';"""
-
-TIMEOUT_RATE = """-- Postgres: per-tool timeout rate (timeouts / total waits) over the last hour
-WITH waits AS (
-  SELECT source_name AS tool_name, COUNT(*) AS total
-  FROM __agents_usage
-  WHERE source_type = 'client_tool_wait_ms'
-    AND timestamp > (extract(epoch from now()) * 1000 - 3600000)
-  GROUP BY source_name
-),
-timeouts AS (
-  SELECT source_name AS tool_name, SUM((data->>'value')::int) AS timed_out
-  FROM __agents_usage
-  WHERE source_type = 'client_tool_timeout'
-    AND timestamp > (extract(epoch from now()) * 1000 - 3600000)
-  GROUP BY source_name
-)
-SELECT w.tool_name,
-       w.total AS total_waits,
-       COALESCE(t.timed_out, 0) AS timeouts,
-       ROUND(100.0 * COALESCE(t.timed_out, 0) / w.total, 2) AS timeout_pct
-FROM waits w
-LEFT JOIN timeouts t USING (tool_name)
-ORDER BY timeout_pct DESC;"""
-
-WAIT_PERCENTILES = """-- Postgres: p50 / p95 wait per tool over the last hour
-SELECT source_name AS tool_name,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY (data->>'value')::float) AS p50_ms,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY (data->>'value')::float) AS p95_ms,
-       COUNT(*) AS wait_count
-FROM __agents_usage
-WHERE kind = 'custom'
-  AND source_type = 'client_tool_wait_ms'
-  AND timestamp > (extract(epoch from now()) * 1000 - 3600000)
-GROUP BY source_name
-ORDER BY p95_ms DESC;"""
-
-AVERAGE_WAIT_D1 = """-- D1 (SQLite): average wait per tool over the last hour
-SELECT source_name AS tool_name,
-       AVG(CAST(json_extract(data, '$.value') AS REAL)) AS avg_ms,
-       COUNT(*) AS wait_count
-FROM __agents_usage
-WHERE kind = 'custom'
-  AND source_type = 'client_tool_wait_ms'
-  AND timestamp > (strftime('%s', 'now') * 1000 - 3600000)
-GROUP BY source_name
-ORDER BY avg_ms DESC;"""
+OWNERSHIP = statement("ownership-map")
+FIND_DUPLICATE_TOOL_RESULTS = statement("duplicate-tool-results")
+TIMEOUT_RATE = statement("timeout-rate")
+WAIT_PERCENTILES = statement("wait-percentiles")
+AVERAGE_WAIT_SQLITE = statement("sqlite-average-wait", "sqlite")
 
 
 def fill(sql: str, **values: str) -> str:
@@ -330,9 +260,7 @@ def sqlite_query(url: str, sql: str) -> list[tuple[Any, ...]]:
 def test_ownership_query_returns_the_maps(pg_world: World) -> None:
     """The ownership SELECT shows the root's routing table and its own pending calls as JSON."""
     s, migrated_pg_url = pg_world.seeded, pg_world.url
-    rows = pg_query(
-        migrated_pg_url, fill(OWNERSHIP_POSTGRES, **{"your-root-session-id": s.root.session_id})
-    )
+    rows = pg_query(migrated_pg_url, fill(OWNERSHIP, **{"your-root-session-id": s.root.session_id}))
     assert len(rows) == 1
     session_id, ownership, pending = rows[0]
     assert session_id == s.root.session_id
@@ -343,7 +271,7 @@ def test_ownership_query_returns_the_maps(pg_world: World) -> None:
     assert pending[s.root_call]["toolName"] == "confirm_dialog"
     # The child's call is pending under the child (the owner), not the root.
     rows = pg_query(
-        migrated_pg_url, fill(OWNERSHIP_POSTGRES, **{"your-root-session-id": s.child.session_id})
+        migrated_pg_url, fill(OWNERSHIP, **{"your-root-session-id": s.child.session_id})
     )
     assert rows == [(s.child.session_id, {}, {s.child_call: s.child.pending[s.child_call].dump()})]
     # The map the store reads back is the one the runbook shows.
@@ -355,7 +283,7 @@ async def test_ownership_query_on_sqlite(
 ) -> None:
     """The runbook's D1 ownership query reads the embedded SQLite backend the same way."""
     s = await seed(sqlite_store)
-    sql = fill(OWNERSHIP_D1, **{"your-root-session-id": s.root.session_id})
+    sql = fill(OWNERSHIP, **{"your-root-session-id": s.root.session_id})
     [(session_id, ownership, pending)] = sqlite_query(migrated_sqlite_url, sql)
     assert session_id == s.root.session_id
     assert json.loads(ownership) == {
@@ -367,7 +295,7 @@ async def test_ownership_query_on_sqlite(
 
 def test_ownership_query_for_unknown_session_is_empty(pg_world: World) -> None:
     """A root id that does not exist returns no row (the submit_unknown root_state_not_found case)."""
-    sql = fill(OWNERSHIP_POSTGRES, **{"your-root-session-id": "no-such-session"})
+    sql = fill(OWNERSHIP, **{"your-root-session-id": "no-such-session"})
     assert pg_query(pg_world.url, sql) == []
 
 
@@ -402,41 +330,12 @@ async def test_duplicate_query_on_sqlite(
     assert sqlite_query(migrated_sqlite_url, FIND_DUPLICATE_TOOL_RESULTS) == []
 
 
-async def test_remedy_deletes_nothing_and_resets_pending(
-    pg_store: SessionStore, pg_seeded: Seeded, migrated_pg_url: str
-) -> None:
-    """With one tool result the DELETE removes nothing; the UPDATE empties only that pending map."""
-    s = pg_seeded
-    ids = {"YOUR_SESSION": s.root.session_id, "YOUR_TOOLCALL_ID": s.root_call}
-    before = await pg_store.load_messages(s.root.session_id)
-    with psycopg.connect(migrated_pg_url) as conn:
-        deleted = conn.execute(fill(DELETE_DUPLICATE_TOOL_RESULTS, **ids)).rowcount
-        updated = conn.execute(fill(RESET_PENDING, YOUR_SESSION=s.root.session_id)).rowcount
-    assert (deleted, updated) == (0, 1)
-    assert await pg_store.load_messages(s.root.session_id) == before
-    root = await pg_store.get(s.root.session_id)
-    assert root.pending == {}
-    # Ownership and the sub-agent's own pending map are not touched.
-    assert root.ownership == s.root.ownership
-    assert (await pg_store.get(s.child.session_id)).pending == s.child.pending
-    # The raw UPDATE leaves the version alone; the next compare-and-swap write still lands.
-    assert root.version == s.root.version
-
-    def clear_ownership(states: dict[str, SessionState]) -> None:
-        states[s.root.session_id].ownership.pop(s.root_call)
-
-    saved, _ = await pg_store.update([s.root.session_id], clear_ownership)
-    assert saved[s.root.session_id].version == s.root.version + 1
-    assert (await pg_store.get(s.root.session_id)).ownership == {s.child_call: s.child.session_id}
-
-
-async def test_remedy_keeps_the_lowest_id_when_duplicates_exist(
+async def test_duplicate_query_finds_a_duplicate_when_the_index_is_missing(
     pg_seeded: Seeded, migrated_pg_url: str
 ) -> None:
-    """Were a duplicate ever written (index dropped, in a rolled-back transaction), the query finds
-    it and the DELETE keeps exactly the lowest message_id."""
+    """Were a duplicate ever written (index dropped, in a rolled-back transaction), the
+    runbook's query finds it: it is not a query that can only answer "none"."""
     s = pg_seeded
-    ids = {"YOUR_SESSION": s.root.session_id, "YOUR_TOOLCALL_ID": s.root_call}
     with psycopg.connect(migrated_pg_url) as conn:
         conn.execute("DROP INDEX uq___agents_messages_tool_result")
         for _ in range(2):
@@ -448,16 +347,6 @@ async def test_remedy_keeps_the_lowest_id_when_duplicates_exist(
         assert conn.execute(FIND_DUPLICATE_TOOL_RESULTS).fetchall() == [
             (s.root.session_id, s.root_call, 3)
         ]
-        first = conn.execute(
-            "SELECT MIN(message_id) FROM __agents_messages WHERE tool_call_id = %s", (s.root_call,)
-        ).fetchone()
-        assert conn.execute(fill(DELETE_DUPLICATE_TOOL_RESULTS, **ids)).rowcount == 2
-        left = conn.execute(
-            "SELECT message_id FROM __agents_messages WHERE role = 'tool' AND tool_call_id = %s",
-            (s.root_call,),
-        ).fetchall()
-        assert [(first[0] if first else None,)] == left
-        assert conn.execute(FIND_DUPLICATE_TOOL_RESULTS).fetchall() == []
         conn.rollback()
     # The rollback restored the index: duplicates are impossible again.
     with psycopg.connect(migrated_pg_url) as conn:
@@ -531,7 +420,7 @@ def test_old_rows_are_excluded(pg_world: World) -> None:
 async def test_average_wait_on_sqlite(sqlite_store: SessionStore, migrated_sqlite_url: str) -> None:
     """The runbook's D1 aggregation runs on the embedded SQLite backend and excludes old rows."""
     await seed(sqlite_store)
-    rows = sqlite_query(migrated_sqlite_url, AVERAGE_WAIT_D1)
+    rows = sqlite_query(migrated_sqlite_url, AVERAGE_WAIT_SQLITE)
     expected = {tool: (sum(w) / len(w), len(w)) for tool, w in RECENT_WAITS.items()}
     assert {r[0] for r in rows} == set(expected)
     for tool, avg_ms, count in rows:

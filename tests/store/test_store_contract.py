@@ -199,7 +199,7 @@ async def test_concurrent_event_appends_have_no_gap(store: SessionStore) -> None
     assert sorted(lasts) == list(range(3, 25, 3))
     for e in events:  # each writer's three events are consecutive
         assert e.run_id == f"run-{e.data['i']}"
-    by_run = {}
+    by_run: dict[str | None, list[int]] = {}
     for e in events:
         by_run.setdefault(e.run_id, []).append(e.sequence)
     assert all(s[-1] - s[0] == 2 for s in by_run.values())

@@ -1,0 +1,226 @@
+"""Every value a step records for replay, and the ids, kinds and keys stored with them.
+
+``names.py`` holds the names DBOS persists (workflows, steps, topics); this module holds the
+shapes of what is recorded under those names: a step's return value (DBOS records it, and our
+exactly-once checkpoint holds it under ``{"result": ...}``), the messages a parked turn receives,
+the stash a new message leaves for a parked turn, and the id formats of sessions and runs.
+
+A parked turn that replays after a deploy reads the values recorded by the previous version.
+So these shapes are a contract, like the durable names: add optional keys freely; never rename,
+remove or retype a key without a compatibility path, a note in CHANGELOG.md and a bump of
+``names.CONTRACT_VERSION``. ``tests/runtime/test_records.py`` pins them.
+"""
+
+# No ``from __future__ import annotations``: TypedDict must see ``NotRequired`` unevaluated
+# to know which keys are optional (Python 3.11).
+import uuid
+from typing import Any, Final, Literal, NotRequired, TypedDict
+
+__all__ = [
+    "CHECKPOINT_KINDS",
+    "MESSAGE_KINDS",
+    "PLAN_KINDS",
+    "RUN_ID_PREFIX",
+    "SESSION_ID_PREFIX",
+    "STASH_KEY",
+    "CheckpointKind",
+    "CheckpointState",
+    "CollectedAnswers",
+    "CommittedResults",
+    "EntryStash",
+    "MessageKind",
+    "ModelStepResult",
+    "PlanItem",
+    "PlanKind",
+    "ServerToolResult",
+    "ToolResult",
+    "TurnError",
+    "TurnMessage",
+    "TurnOutcome",
+    "TurnSummary",
+    "child_run_id",
+    "new_run_id",
+    "new_session_id",
+]
+
+# -- ids --------------------------------------------------------------------------------------
+
+SESSION_ID_PREFIX: Final = "ses_"
+"""A session the runtime names: ``ses_<32 hex>`` (callers may bring their own ids)."""
+RUN_ID_PREFIX: Final = "run_"
+"""A turn's first run: ``run_<24 hex>``; a sub-agent's: ``run_<toolCallId>``."""
+
+
+def new_session_id() -> str:
+    """A fresh session id: ``ses_<32 hex>``."""
+    return f"{SESSION_ID_PREFIX}{uuid.uuid4().hex}"
+
+
+def new_run_id() -> str:
+    """A fresh turn (first run) id: ``run_<24 hex>``."""
+    return f"{RUN_ID_PREFIX}{uuid.uuid4().hex[:24]}"
+
+
+def child_run_id(tool_call_id: str) -> str:
+    """The first run of a sub-agent started by a call: ``run_<toolCallId>`` (replay-stable)."""
+    return f"{RUN_ID_PREFIX}{tool_call_id}"
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+CheckpointKind = Literal["model", "results", "finish", "start_child"]
+"""The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
+CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = ("model", "results", "finish", "start_child")
+
+
+class CheckpointState(TypedDict):
+    """The ``state`` column of an exactly-once checkpoint: the step's recorded result."""
+
+    result: Any
+
+
+# -- the model step ---------------------------------------------------------------------------
+
+PlanKind = Literal["server", "client", "approval", "subagent", "invalid"]
+"""Where a tool call runs (``plan.py``); ``client`` and ``approval`` suspend the turn."""
+PLAN_KINDS: Final[tuple[PlanKind, ...]] = ("server", "client", "approval", "subagent", "invalid")
+
+
+class PlanItem(TypedDict):
+    """One tool call of a model step, classified (``plan.plan_calls``)."""
+
+    toolCallId: str
+    toolName: str
+    input: dict[str, Any]
+    index: int
+    """The call's position in the model's order (results are committed in this order)."""
+    kind: PlanKind
+    error: NotRequired[str]
+    """``invalid`` only: why the call never runs."""
+    subagent: NotRequired[str]
+    """``subagent`` only: the agent type of the child."""
+    timeoutSeconds: NotRequired[float]
+    """``client`` and ``approval`` only: how long the turn waits for the answer."""
+
+
+class ModelStepResult(TypedDict):
+    """What ``helix.turn.model`` records: the answer, who gave it, and what the turn does next."""
+
+    response: dict[str, Any]
+    """``LLMResponse`` in JSON form."""
+    llm: str
+    """The model's name (for usage rows)."""
+    plan: list[PlanItem]
+    deadlines: dict[str, int]
+    """``toolCallId -> deadlineAt`` (epoch ms) of the calls the turn parks on."""
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+class ServerToolResult(TypedDict):
+    """What ``helix.turn.server_tool`` records; a tool's own failure is ``ok: False``."""
+
+    ok: bool
+    result: NotRequired[Any]
+    error: NotRequired[str]
+    errorCode: NotRequired[str | None]
+
+
+class ToolResult(TypedDict):
+    """One call's result, as committed (``helix.turn.commit_results``) and shown to the model.
+
+    Suspended calls (``suspended: True``) also carry how their wait ended (``resolve.py``).
+    """
+
+    toolCallId: str
+    toolName: str
+    ok: bool
+    result: NotRequired[Any]
+    error: NotRequired[str]
+    errorCode: NotRequired[str | None]
+    suspended: NotRequired[bool]
+    outcome: NotRequired[Literal["answered", "timeout", "abandoned", "not_executed"]]
+    waitMs: NotRequired[int]
+    deadlineAt: NotRequired[int]
+    runInput: NotRequired[dict[str, Any]]
+    """An approved approval's input, before its tool runs (never committed)."""
+
+
+class CollectedAnswers(TypedDict):
+    """What ``helix.turn.collect_answers`` records: a batch's stored entries (or ``None``)."""
+
+    answers: dict[str, dict[str, Any] | None]
+    """``toolCallId -> PendingCall.dump()`` of this run, ``None`` when gone or superseded."""
+    abandon: bool
+    """A new message with ``abandonPending`` waits: unanswered calls are abandoned."""
+
+
+class CommittedResults(TypedDict):
+    """What ``helix.turn.commit_results`` records."""
+
+    results: list[ToolResult]
+    """In the model's order."""
+    stashedMessage: bool
+    """A stashed new message was committed after the results."""
+
+
+# -- the turn ---------------------------------------------------------------------------------
+
+
+class TurnSummary(TypedDict):
+    """The running totals a turn passes to its steps (and logs as ``turn.summary``)."""
+
+    steps: int
+    clientCalls: int
+    waitMs: int
+    inputTokens: int
+    outputTokens: int
+
+
+class TurnError(TypedDict):
+    """A failed turn's typed error (stored on the session and in ``turn_end``)."""
+
+    code: str
+    message: str
+    retryable: NotRequired[bool]
+
+
+class TurnOutcome(TypedDict):
+    """The turn workflow's result; a parent reads its sub-agent's as the tool result."""
+
+    outcome: Literal["completed", "failed"]
+    text: str
+    output: Any
+    error: TurnError | None
+    runId: str
+
+
+# -- messages to a parked turn and the entry stash ----------------------------------------------
+
+MessageKind = Literal["answer", "stop", "abandon"]
+"""What a message on a call's ``recv`` topic says: an answer was stored, stop, or a new
+message abandons the batch."""
+MESSAGE_KINDS: Final[tuple[MessageKind, ...]] = ("answer", "stop", "abandon")
+
+
+class TurnMessage(TypedDict):
+    """A message sent to a parked turn on ``names.tool_result_topic(toolCallId)``."""
+
+    kind: MessageKind
+    toolCallId: NotRequired[str]
+    """``answer`` only."""
+
+
+STASH_KEY: Final = "entryInput"
+"""The session-metadata key holding a new message delivered over a parked batch. Every path
+that ends or drains the batch pops it (commit_results, finish, stop, a new turn's claim)."""
+
+
+class EntryStash(TypedDict):
+    """``metadata["entryInput"]``: the message ``resume(with_message)`` left for a parked turn."""
+
+    message: str
+    abandonPending: bool
+    runId: str
+    """The suspended run the message was delivered over (it continues as ``next_run_id``)."""
