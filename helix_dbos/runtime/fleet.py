@@ -126,11 +126,13 @@ class ExecutorInfo:
 async def _pending_groups(
     conn: AsyncConnection, dialect: str, schema: str
 ) -> list[tuple[str, str, int]]:
-    """``(executor_id, application_version, count)`` of PENDING turn workflows."""
+    """``(executor_id, application_version, count)`` of PENDING turn workflows (and ENQUEUED
+    ones: a recovery cut short by its process's exit leaves them enqueued for their version)."""
     rows = await conn.execute(
         sa.text(
             f"SELECT executor_id, application_version, COUNT(*) FROM "
-            f"{workflow_table(dialect, schema)} WHERE status = 'PENDING' AND name = :name "
+            f"{workflow_table(dialect, schema)} WHERE status IN ('PENDING', 'ENQUEUED') "
+            "AND name = :name "
             "GROUP BY executor_id, application_version"
         ),
         {"name": names.TURN_WORKFLOW},
@@ -259,7 +261,7 @@ async def _relabel(
     rows = await conn.execute(
         sa.text(
             f"UPDATE {workflow_table(dialect, schema)} SET application_version = :to "
-            "WHERE status = 'PENDING' AND executor_id = :executor "
+            "WHERE status IN ('PENDING', 'ENQUEUED') AND executor_id = :executor "
             "AND application_version = :from RETURNING workflow_uuid"
         ),
         {"to": to_version, "executor": executor_id, "from": from_version},
@@ -438,13 +440,18 @@ class Fleet:
         """Start heartbeating and sweeping (after DBOS is launched)."""
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="helix-fleet")
 
-    async def stop(self) -> None:
-        """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
+    async def pause(self) -> None:
+        """Stop heartbeating and sweeping (at shutdown, before DBOS is destroyed): a process
+        on its way out must not adopt turns it would leave half-recovered."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def stop(self) -> None:
+        """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
+        await self.pause()
         async with self.store.engine.begin() as conn:
             await conn.execute(
                 executors.update()

@@ -167,6 +167,8 @@ class AgentRuntime:
         if self._healer is not None:
             self._healer.cancel()
             self._healer = None
+        if self.fleet is not None:
+            await self.fleet.pause()
         await self._drain(grace_seconds)
         await self.signals.close()
         DBOS.destroy(destroy_registry=False)
