@@ -385,6 +385,7 @@ class Fleet:
         self.version = settings.application_version
         self.schema = str(settings.extra_dbos_config.get("dbos_system_schema", "dbos"))
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self._stranded_reported: dict[str, int] = {}
         self._live: dict[str, str] = {}
         self._lock = asyncio.Lock()
@@ -444,9 +445,15 @@ class Fleet:
         """Stop heartbeating and sweeping (at shutdown, before DBOS is destroyed): a process
         on its way out must not adopt turns it would leave half-recovered."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let a beat in progress finish its transaction (a task cancelled inside one can
+            # leave its connection holding a lock); cancel only if it does not end in time.
+            self._stopping.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
             self._task = None
 
     async def stop(self) -> None:
@@ -461,7 +468,7 @@ class Fleet:
 
     async def _loop(self) -> None:
         period = self.settings.heartbeat_seconds
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.heartbeat()
                 await self.sweep()
@@ -470,7 +477,10 @@ class Fleet:
             except Exception as exc:  # the next beat tries again; a database blip is not fatal
                 log_event("fleet.sweep_failed", executorId=self.me, error=f"{exc!r}"[:500])
             # Jitter: processes started together do not sweep in lockstep.
-            await asyncio.sleep(period * random.uniform(0.8, 1.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._stopping.wait(), timeout=period * random.uniform(0.8, 1.0)
+                )
 
     async def heartbeat(self) -> None:
         """Record that this process is alive (and notice if it was given up for dead)."""

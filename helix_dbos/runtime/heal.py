@@ -29,6 +29,7 @@ Ending a session clears its pending calls and ownership entries with ``stopped``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -99,13 +100,18 @@ async def heal(
     return repairs
 
 
-async def heal_forever(ctx: RuntimeContext, interval_seconds: float, grace_seconds: float) -> None:
-    """Run ``heal`` every ``interval_seconds`` until cancelled (the runtime's background task).
+async def heal_forever(
+    ctx: RuntimeContext, interval_seconds: float, grace_seconds: float, stopping: asyncio.Event
+) -> None:
+    """Run ``heal`` every ``interval_seconds`` until ``stopping`` is set (the runtime's
+    background task; a pass in progress finishes its transactions first).
 
     A pass that fails (the database is down) is logged and the next one tries again.
     """
-    while True:
-        await asyncio.sleep(interval_seconds)
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), timeout=interval_seconds)
+            return
         try:
             with patience(None):
                 await heal(ctx, grace_seconds=grace_seconds, can_start=True)

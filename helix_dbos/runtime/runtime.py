@@ -80,6 +80,7 @@ class AgentRuntime:
         self.service_name = service_name
         self._ctx: context.RuntimeContext | None = None
         self._healer: asyncio.Task[None] | None = None
+        self._healing = asyncio.Event()
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
         self.fleet: Fleet | None = None
@@ -149,8 +150,11 @@ class AgentRuntime:
         DBOS.launch()
         self.fleet.start()
         if s.heal_interval_seconds > 0:
+            self._healing = asyncio.Event()
             self._healer = asyncio.create_task(
-                heal_forever(self._ctx, s.heal_interval_seconds, s.heal_grace_seconds)
+                heal_forever(
+                    self._ctx, s.heal_interval_seconds, s.heal_grace_seconds, self._healing
+                )
             )
 
     async def heal(self, grace_seconds: float | None = None) -> list[Repair]:
@@ -165,7 +169,13 @@ class AgentRuntime:
         park or their end, so a clean shutdown does not leave them to crash recovery.
         """
         if self._healer is not None:
-            self._healer.cancel()
+            # The pass in progress finishes (a task cancelled mid-transaction could leave
+            # its connection holding a lock); a pass stuck on a dead database is cancelled.
+            self._healing.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._healer), timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                self._healer.cancel()
             self._healer = None
         if self.fleet is not None:
             await self.fleet.pause()

@@ -95,5 +95,9 @@ async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
     await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
     [(submitted_at, message)] = seen
     assert submitted_at is not None
-    assert message == {"kind": "answer", "toolCallId": call["toolCallId"]}
+    assert message == {
+        "kind": "answer",
+        "toolCallId": call["toolCallId"],
+        "submittedAt": submitted_at,
+    }
     assert (await runtime.wait(handle.session_id))["status"] == "completed"
