@@ -122,6 +122,9 @@ class SubmitAnswer(BaseModel):
     continuation: Continuation | None = None
     reason: str | None = None
     tool_call_id: str | None = None
+    owner_workflow_id: str | None = Field(default=None, exclude=True)
+    """The workflow the answer woke (never on the wire): lets the runtime see that the turn
+    is parked in this process without another read."""
 
     def dump(self) -> dict[str, Any]:
         """The wire form."""

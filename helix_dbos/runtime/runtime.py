@@ -434,6 +434,8 @@ class AgentRuntime:
         cont = answer.continuation
         if answer.status == "unknown_tool_call" or cont is None or cont.kind != "new_run":
             return answer
+        if answer.owner_workflow_id in self.ctx.parked:
+            return answer  # parked in this very process: it runs here, no need to ask
         if self.fleet is None or await self.fleet.ensure_runner(session_id):
             return answer
         return answer.model_copy(update={"continuation": Continuation(kind="caller_resumes")})

@@ -36,7 +36,7 @@ from . import names
 from .context import current
 from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
-from .once import FENCED, commit_once, exactly_once, marker, recorded, step_connection
+from .once import FENCED, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .resolve import resolve_call
 
@@ -91,17 +91,17 @@ async def model_step(
         ``{"response", "llm", "plan", "deadlines"}``.
     """
     slot = marker("model")
-    done = await recorded(slot)
-    if done is not None:
-        return done["state"]["result"]  # type: ignore[no-any-return]
     ctx = current()
+    state, done, history = await ctx.store.step_inputs(session_id, slot)
+    if done is not None:
+        # An earlier execution committed: its answer, without calling the provider again.
+        return done["result"]  # type: ignore[no-any-return]
     try:
         # A stopped or superseded run does not spend a model call.
-        guard(await ctx.store.get(session_id), run_id, ("running",))
+        guard(state, run_id, ("running",))
     except Fenced as fenced:
         return {FENCED: fenced.reason}
     agent = ctx.registry.get(agent_type)
-    history = await ctx.store.load_messages(session_id)
     request = LLMRequest(
         instructions=agent.instructions,
         messages=history,

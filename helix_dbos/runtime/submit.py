@@ -32,11 +32,11 @@ from ..errors import (
     RunSupersededError,
 )
 from ..observability.log import log_event
-from ..store.store import NoChange, now_ms
+from ..store.store import NoChange, RetryTransaction, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
-from .wake import send_in_transaction, send_to_turn, wake_local
+from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [
     "MISSING",
@@ -319,23 +319,35 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
         e.response = response
         return "accepted", o, at
 
+    enlist = ctx.client is not None
+
     async def store_and_send(conn: Any) -> tuple[str, SessionState, int, str]:
         # The answer and its wake-up message commit together: no window where one exists
         # without the other. The message carries the answer's time, so the woken turn knows
         # which answer to wait for (see ``steps.await_visible``).
+        nonlocal enlist
         _, (outcome, owner_after, at) = await store.update([owner_id], store_answer, conn=conn)
         sent = "skipped"
         if outcome == "accepted" and owner_after.workflow_id is not None:
-            sent = await send_in_transaction(
-                ctx,
-                conn,
-                owner_after.workflow_id,
-                _answer_message(tcid, at),
-                names.tool_result_topic(tcid),
-                names.submit_idempotency_key(entry.run_id, tcid),
-                sessionId=owner_after.session_id,
-                runId=entry.run_id,
-            )
+            if not enlist:
+                sent = "failed" if ctx.client is not None else "unavailable"
+            else:
+                try:
+                    await send_in_transaction(
+                        ctx,
+                        conn,
+                        owner_after.workflow_id,
+                        _answer_message(tcid, at),
+                        names.tool_result_topic(tcid),
+                        names.submit_idempotency_key(entry.run_id, tcid),
+                        sessionId=owner_after.session_id,
+                        runId=entry.run_id,
+                    )
+                except SendNotEnlisted:
+                    # Run the whole transaction again without it; the send follows the commit.
+                    enlist = False
+                    raise RetryTransaction("the wake-up could not be enlisted", 0.0) from None
+                sent = "sent"
         return outcome, owner_after, at, sent
 
     outcome, owner_after, at, sent = await store.transact(store_and_send)
@@ -377,7 +389,10 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
         # The answer is stored; its wake-up could not ride in the transaction: send it now.
         await wake_answered(ctx, owner_after, owner_after.pending[tcid])
     return SubmitAnswer(
-        status="accepted", continuation=_continuation(owner_after, entry.run_id), tool_call_id=tcid
+        status="accepted",
+        continuation=_continuation(owner_after, entry.run_id),
+        tool_call_id=tcid,
+        owner_workflow_id=owner_after.workflow_id,
     )
 
 

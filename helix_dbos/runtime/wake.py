@@ -9,7 +9,7 @@ change shape, the fast path quietly does nothing and the durable path still wake
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,6 +55,10 @@ async def send_to_turn(
         wake_local(workflow_id, topic)
 
 
+class SendNotEnlisted(Exception):
+    """The wake-up could not be enlisted in the answer's transaction (logged)."""
+
+
 async def send_in_transaction(
     ctx: RuntimeContext,
     conn: AsyncConnection,
@@ -63,25 +67,22 @@ async def send_in_transaction(
     topic: str,
     key: str,
     **log_fields: Any,
-) -> Literal["sent", "failed", "unavailable"]:
+) -> None:
     """Enlist the message in the caller's store transaction (DBOS's public
     ``DBOSClient.send_in_transaction``): it becomes visible exactly when the answer commits.
 
-    A failed send is rolled back to a savepoint, so the stored answer still commits; it is
-    logged as ``client_tool.send_event_failed`` (the turn still reads the answer at its
-    deadline, and a re-submit re-sends). ``unavailable``: no client to enlist with; send after
-    the commit instead.
+    No savepoint (two round trips on every submit): a failure is logged as
+    ``client_tool.send_event_failed`` and raised as ``SendNotEnlisted``; the caller runs its
+    transaction again without the send and sends after the commit instead.
     """
     client = ctx.client
-    if client is None:
-        return "unavailable"
+    assert client is not None, "no DBOS client to enlist with"
     try:
-        async with conn.begin_nested():
-            await conn.run_sync(
-                lambda sync_conn: client.send_in_transaction(
-                    sync_conn, workflow_id, message, topic, key
-                )
+        await conn.run_sync(
+            lambda sync_conn: client.send_in_transaction(
+                sync_conn, workflow_id, message, topic, key
             )
+        )
     except Exception as exc:
         log_event(
             "client_tool.send_event_failed",
@@ -90,5 +91,4 @@ async def send_in_transaction(
             error=f"{type(exc).__name__}: {exc}",
             **log_fields,
         )
-        return "failed"
-    return "sent"
+        raise SendNotEnlisted(str(exc)) from exc

@@ -707,6 +707,35 @@ class SessionStore:
             ).all()
         return [Message.from_row(r.role, r.content) for r in rows]
 
+    @_read_retried
+    async def step_inputs(
+        self, session_id: str, slot: str, conn: AsyncConnection | None = None
+    ) -> tuple[SessionState, dict[str, Any] | None, list[Message]]:
+        """What a model step reads before it calls the model, on one connection: the session,
+        the recorded result of ``slot`` if its commit landed (then no history is read), and
+        the conversation.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        recorded = (
+            sa.select(checkpoints.c.state)
+            .where(checkpoints.c.checkpoint_id == slot)
+            .scalar_subquery()
+            .label("recorded_state")
+        )
+        async with self._read(conn) as c:
+            row = (
+                await c.execute(
+                    sa.select(states, recorded).where(states.c.session_id == session_id)
+                )
+            ).first()
+            if row is None:
+                raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
+            done = row._mapping["recorded_state"]
+            history = [] if done is not None else await self.load_messages(session_id, c)
+        return _state_from_row(row), done, history
+
     # -- events -----------------------------------------------------------------------------
 
     async def append_events(
