@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import (
+    STORE_UNAVAILABLE_MESSAGE,
     InvalidResultError,
     RequestValidationError,
     SessionNotFoundError,
@@ -48,7 +49,7 @@ from .body import (
     read_body,
     validate_body,
 )
-from .errors import HelixRoute
+from .errors import HelixRoute, end_on_outage
 from .limits import limiter_for
 from .router import (
     AUTH_RESPONSES,
@@ -74,6 +75,8 @@ __all__ = ["ChatRequest", "UIMessage", "create_chat_router"]
 ANSWER_STATES = frozenset({"output-available", "output-error", "approval-responded"})
 
 _KEEP_ALIVE = b": keep-alive\n\n"
+#: The end of a stream the store left (mid-stream it cannot be a 503): an error, then done.
+_OUTAGE_TAIL = encode_chunks([{"type": "error", "errorText": STORE_UNAVAILABLE_MESSAGE}]) + DONE
 _PAGE = 1000
 
 
@@ -263,7 +266,9 @@ async def _replay_stream(message_id: str, view: dict[str, Any]) -> AsyncIterator
 
 def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
-        body, media_type="text/event-stream", headers=UI_MESSAGE_STREAM_HEADERS
+        end_on_outage(body, _OUTAGE_TAIL),
+        media_type="text/event-stream",
+        headers=UI_MESSAGE_STREAM_HEADERS,
     )
 
 

@@ -42,6 +42,7 @@ EVENT_LEVELS: dict[str, int] = {
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,
     "server.unauthenticated": logging.WARNING,
+    "server.store_unavailable": logging.WARNING,
 }
 
 _overrides: list[tuple[str, int]] = []
