@@ -15,11 +15,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 
 
 @pytest.mark.timeout(300)
-async def test_chaos_loses_nothing_and_leaves_nothing_stuck(pg_url: str, tmp_path: Path) -> None:
+async def test_chaos_loses_nothing_and_leaves_nothing_stuck(
+    cluster_url: str, tmp_path: Path
+) -> None:
     """After the kills: every session ended, no duplicate tool result, every accepted answer
     applied, no session active without a live workflow, no interrupted turn completed, no
     500."""
-    report = await run_chaos(pg_url, tmp_path, sessions=30, kills=5, concurrency=15)
+    report = await run_chaos(cluster_url, tmp_path, sessions=30, kills=5, concurrency=15)
     summary = json.dumps(report.summary(), indent=1, default=str)
     print(summary)
     assert sum(report.kills_by_point.values()) == 5, summary
