@@ -27,13 +27,13 @@ from typing import Any
 import psycopg
 
 from tests.faults.serve import (
-    ENDED,
     Answer,
     Client,
+    EditorUser,
     Findings,
     ServeProcess,
-    answer_body,
     check_database,
+    editor_message,
 )
 
 __all__ = ["KILL_POINTS", "ChaosReport", "run_chaos"]
@@ -91,6 +91,13 @@ class _Killer:
         self.by_point: dict[str, int] = {point: 0 for point in KILL_POINTS}
         self.running_sessions: set[str] = set()
 
+    def saw(self, sid: str, status: str) -> None:
+        """A client read ``status``: track which sessions run (a model call, likely)."""
+        if status == "running":
+            self.running_sessions.add(sid)
+        else:
+            self.running_sessions.discard(sid)
+
     def before(self, point: str) -> None:
         """Called by a client just before it sends a ``point`` request."""
         if self.armed == point:
@@ -127,63 +134,6 @@ class _Killer:
             await asyncio.to_thread(self.server.start)
 
 
-async def _drive_session(
-    index: int,
-    tag: str,
-    client: Client,
-    killer: _Killer,
-    rng: random.Random,
-    deadline: float,
-    interrupt_share: float,
-    stored: list[Answer],
-    interrupted_answers: dict[str, str],
-) -> str:
-    sid = f"chaos-{tag}-{index:04d}"
-    message = 'replace "teh" with "the"'
-    if index % 3 == 0:
-        message += f" and publish document doc-{index}"
-    will_interrupt = rng.random() < interrupt_share
-    killer.before("start")
-    started = await client.request(
-        "POST", "/start", json_body={"agentType": "editor", "message": message, "sessionId": sid}
-    )
-    # A start whose answer was lost is sent again: 409 then means the first one got in.
-    assert started.status_code in (200, 409), started.text
-    answered: set[str] = set()
-    polls = 0
-    while time.monotonic() < deadline:
-        view = await client.status(sid)
-        status = view["status"]
-        if status == "running":
-            killer.running_sessions.add(sid)
-        else:
-            killer.running_sessions.discard(sid)
-        if status in ENDED:
-            return sid
-        polls += 1
-        if will_interrupt and sid not in interrupted_answers and rng.random() < 0.25:
-            killer.before("interrupt")
-            stopped = await client.request("POST", "/interrupt", json_body={"sessionId": sid})
-            interrupted_answers[sid] = (
-                stopped.json().get("status", "?") if stopped.status_code == 200 else "error"
-            )
-            continue
-        for pending in view.get("pendingToolCalls", []):
-            call_id = pending["toolCallId"]
-            if call_id in answered or pending.get("submittedAt") is not None:
-                continue
-            kind, payload, body = answer_body(sid, pending)
-            answer = Answer(sid, call_id, kind, payload)
-            killer.before("submit")
-            await client.submit(answer, body)
-            answered.add(call_id)
-            if {"accepted", "already_completed"} & set(answer.answers):
-                stored.append(answer)
-        await asyncio.sleep(rng.uniform(0.03, 0.08))
-    killer.running_sessions.discard(sid)
-    return sid
-
-
 async def run_chaos(
     database_url: str,
     workdir: Path,
@@ -209,19 +159,17 @@ async def run_chaos(
     interrupted_answers: dict[str, str] = {}
     began = time.monotonic()
     gate = asyncio.Semaphore(concurrency)
+    user = EditorUser(
+        client, rng, stored, interrupted_answers, before=killer.before, on_status=killer.saw
+    )
 
     async def one(index: int) -> str:
         async with gate:
-            return await _drive_session(
-                index,
-                tag,
-                client,
-                killer,
-                rng,
-                time.monotonic() + session_timeout,
-                interrupt_share,
-                stored,
-                interrupted_answers,
+            return await user.run(
+                f"chaos-{tag}-{index:04d}",
+                editor_message(index),
+                timeout=session_timeout,
+                interrupt_chance=interrupt_share,
             )
 
     async def chaos_monkey(done: asyncio.Event) -> None:

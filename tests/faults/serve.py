@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,30 @@ import psycopg
 
 __all__ = [
     "ACTIVE",
+    "DRIVER_WORDS",
     "ENDED",
     "Answer",
     "Client",
+    "EditorUser",
     "Findings",
     "ServeProcess",
     "check_database",
+    "editor_message",
     "free_port",
 ]
 
 ACTIVE = ("running", "suspended_client_tool")
+#: Words of driver and SQL text that must never reach a client or a recorded error.
+DRIVER_WORDS = (
+    "SELECT ",
+    "INSERT ",
+    "UPDATE ",
+    "psycopg",
+    "sqlalche",
+    "[SQL",
+    "[parameters",
+    "FATAL",
+)
 ENDED = ("idle", "completed", "failed", "interrupted")
 
 
@@ -239,6 +254,83 @@ def answer_body(session_id: str, pending: dict[str, Any]) -> tuple[str, Any, dic
     return "client", result, {"sessionId": session_id, "toolCallId": call_id, "result": result}
 
 
+@dataclass
+class EditorUser:
+    """One user of the ``editor`` demo: starts a turn and answers every call until it ends.
+
+    ``before(point)`` is called just before each ``start``, ``submit`` and ``interrupt``
+    request (the chaos run kills the server there); ``on_status(sid, status)`` after each
+    status read. With ``interrupt_chance`` the user interrupts its turn at a random poll.
+    """
+
+    client: Client
+    rng: random.Random
+    stored: list[Answer]
+    interrupts: dict[str, str]
+    before: Callable[[str], None] = lambda _point: None
+    on_status: Callable[[str, str], None] = lambda _sid, _status: None
+    starts: dict[str, int] = field(default_factory=dict)
+
+    async def run(
+        self, sid: str, message: str, *, timeout: float, interrupt_chance: float = 0.0
+    ) -> str:
+        """Drive session ``sid`` until it ends or ``timeout`` passes; return ``sid``."""
+        deadline = time.monotonic() + timeout
+        will_interrupt = self.rng.random() < interrupt_chance
+        self.before("start")
+        started = await self.client.request(
+            "POST",
+            "/start",
+            json_body={"agentType": "editor", "message": message, "sessionId": sid},
+        )
+        # A start whose answer was lost is sent again: 409 then means the first one got in.
+        assert started.status_code in (200, 409), started.text
+        self.starts[sid] = started.status_code
+        answered: set[str] = set()
+        while time.monotonic() < deadline:
+            response = await self.client.request("GET", "/status", params={"sessionId": sid})
+            if response.status_code == 404:
+                # The start was answered, yet the session is gone: a lost start.
+                self.on_status(sid, "missing")
+                return sid
+            response.raise_for_status()
+            view = response.json()
+            self.on_status(sid, view["status"])
+            if view["status"] in ENDED:
+                return sid
+            if will_interrupt and sid not in self.interrupts and self.rng.random() < 0.25:
+                self.before("interrupt")
+                stopped = await self.client.request(
+                    "POST", "/interrupt", json_body={"sessionId": sid}
+                )
+                self.interrupts[sid] = (
+                    stopped.json().get("status", "?") if stopped.status_code == 200 else "error"
+                )
+                continue
+            for pending in view.get("pendingToolCalls", []):
+                call_id = pending["toolCallId"]
+                if call_id in answered or pending.get("submittedAt") is not None:
+                    continue
+                kind, payload, body = answer_body(sid, pending)
+                answer = Answer(sid, call_id, kind, payload)
+                self.before("submit")
+                await self.client.submit(answer, body)
+                answered.add(call_id)
+                if {"accepted", "already_completed"} & set(answer.answers):
+                    self.stored.append(answer)
+            await asyncio.sleep(self.rng.uniform(0.03, 0.08))
+        self.on_status(sid, "timeout")
+        return sid
+
+
+def editor_message(index: int) -> str:
+    """The demo message of session ``index``: every third one also asks to publish."""
+    message = 'replace "teh" with "the"'
+    if index % 3 == 0:
+        message += f" and publish document doc-{index}"
+    return message
+
+
 # -- the checks on the database ------------------------------------------------------------
 
 
@@ -253,6 +345,8 @@ class Findings:
     lost_answers: list[tuple[str, str]] = field(default_factory=list)
     active_without_workflow: list[tuple[str, str, str | None]] = field(default_factory=list)
     double_turn_end: list[tuple[str, str, int]] = field(default_factory=list)
+    failure_codes: dict[str, int] = field(default_factory=dict)
+    driver_text_in_errors: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Counts (and a few examples) for reports and assertion messages."""
@@ -264,10 +358,13 @@ class Findings:
             "accepted_answers_lost": len(self.lost_answers),
             "active_without_live_workflow": len(self.active_without_workflow),
             "runs_with_two_turn_ends": len(self.double_turn_end),
+            "failure_codes": self.failure_codes,
+            "errors_with_driver_text": len(self.driver_text_in_errors),
             "examples": {
                 "not_ended": self.not_ended[:3],
                 "lost": self.lost_answers[:3],
                 "active_without_workflow": self.active_without_workflow[:3],
+                "driver_text": [text[:200] for text in self.driver_text_in_errors[:1]],
             },
         }
 
@@ -285,10 +382,20 @@ def check_database(
     * every answer in ``accepted`` is applied: its call has a tool-result row, and a client
       result is the one submitted (an approval's row is the tool's output, not a denial);
     * no session is active without a live (PENDING/ENQUEUED) workflow behind it;
-    * no run has two ``turn_end`` events.
+    * no run has two ``turn_end`` events;
+    * a failed session's error is a code and a fixed message, without driver text.
     """
     found = Findings(sessions=len(session_ids))
     with psycopg.connect(database_url, autocommit=True) as conn:
+        for (error,) in conn.execute(
+            'SELECT error FROM "__agents_states" WHERE session_id = ANY(%s) AND error IS NOT NULL',
+            (session_ids,),
+        ).fetchall():
+            code = str(error.get("code")) if isinstance(error, dict) else "?"
+            found.failure_codes[code] = found.failure_codes.get(code, 0) + 1
+            text = json.dumps(error)
+            if any(word in text for word in DRIVER_WORDS):
+                found.driver_text_in_errors.append(text)
         rows = conn.execute(
             "SELECT s.session_id, s.status, s.workflow_id, w.status "
             'FROM "__agents_states" s LEFT JOIN dbos.workflow_status w '

@@ -18,12 +18,9 @@ import pytest
 from helix_dbos.errors import STORE_UNAVAILABLE_MESSAGE
 
 from .pgcluster import PrivateCluster
-from .serve import ServeProcess
+from .serve import DRIVER_WORDS, ServeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
-
-#: Words of driver and SQL text that must never reach a client.
-DRIVER_WORDS = ("SELECT", "INSERT", "UPDATE", "psycopg", "sqlalche", "[SQL", "parameters", "5432")
 
 
 def _requests(sid: str, call_id: str) -> list[tuple[str, str, dict[str, Any]]]:
