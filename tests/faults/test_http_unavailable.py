@@ -8,6 +8,7 @@ connection drops, like a crash of the database host) and starts again.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,47 @@ def test_a_parked_turn_survives_an_outage(
                 time.sleep(0.1)
     finally:
         server.stop()
+
+
+def test_an_open_stream_rides_out_a_short_outage(
+    cluster: PrivateCluster, cluster_url: str, tmp_path: Path
+) -> None:
+    """``GET /sse`` open on a turn whose model call takes 3 s; the database stops for 2 s
+    meanwhile. The stream neither breaks nor gives up: it goes on to the turn's next events
+    and ends after a terminal one (``suspended`` or ``turn_end``), with every sequence once.
+
+    The stream's part holds today; the turn's part (it goes on after the outage) fails until
+    the turn's steps retry transient faults: the turn stays ``running`` and the stream only
+    sends keep-alives."""
+    server = ServeProcess(cluster_url, tmp_path, env={"HELIX_DEMO_MODEL_DELAY_MS": "3000"})
+    server.start()
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=60) as client:
+            started = client.post("/start", json={"agentType": "editor", "message": "fix"})
+            assert started.status_code == 200, started.text
+            sid = started.json()["sessionId"]
+            frames: list[str] = []
+            with client.stream("GET", "/sse", params={"sessionId": sid}) as stream:
+                assert stream.status_code == 200
+                lines = stream.iter_lines()
+                for line in lines:
+                    frames.append(line)
+                    if line.startswith("data:") and '"turn_start"' in line:
+                        break
+                cluster.stop()
+                time.sleep(2)
+                cluster.start()
+                # The turn parks or ends within seconds; keep-alives (every 15 s) bound the
+                # wait of a stream that never ends.
+                deadline = time.monotonic() + 40
+                for line in lines:
+                    frames.append(line)
+                    if time.monotonic() > deadline:
+                        break
+    finally:
+        server.stop()
+    events = [json.loads(f.removeprefix("data: ")) for f in frames if f.startswith("data:")]
+    assert not any(f.startswith("retry:") for f in frames), frames  # it did not give up
+    assert events and events[-1]["type"] in ("suspended", "turn_end"), (events, frames[-5:])
+    sequences = [e["sequence"] for e in events]
+    assert sequences == sorted(set(sequences)), sequences
