@@ -91,7 +91,7 @@ async def end_on_outage(body: AsyncIterator[bytes], tail: bytes) -> AsyncIterato
         async for chunk in body:
             yield chunk
     except Exception as exc:
-        if not isinstance(exc, StoreUnavailableError) and not is_transient(exc):
+        if not is_transient(exc):
             raise
         if not isinstance(exc, StoreUnavailableError):
             store_unavailable(None, exc)

@@ -21,7 +21,9 @@ async def test_chaos_loses_nothing_and_leaves_nothing_stuck(
     """After the kills: every session ended, no duplicate tool result, every accepted answer
     applied, no session active without a live workflow, no interrupted turn completed, no
     500."""
-    report = await run_chaos(cluster_url, tmp_path, sessions=30, kills=5, concurrency=15)
+    report = await run_chaos(
+        cluster_url, tmp_path, sessions=30, kills=5, concurrency=8, session_timeout=45
+    )
     summary = json.dumps(report.summary(), indent=1, default=str)
     print(summary)
     assert sum(report.kills_by_point.values()) == 5, summary
