@@ -9,17 +9,19 @@ connection drops, like a crash of the database host) and starts again.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from helix_dbos.errors import STORE_UNAVAILABLE_MESSAGE
 
 from .pgcluster import PrivateCluster
-from .serve import DRIVER_WORDS, ServeProcess
+from .serve import DRIVER_WORDS, ServeProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 
@@ -206,3 +208,37 @@ def test_an_open_stream_rides_out_a_short_outage(
     assert events and events[-1]["type"] in ("suspended", "turn_end"), (events, frames[-5:])
     sequences = [e["sequence"] for e in events]
     assert sequences == sorted(set(sequences)), sequences
+
+
+def test_an_apps_own_routes_answer_store_unavailable_too() -> None:
+    """``install_error_handlers`` maps database errors of an app's own routes: a transient one
+    (a refused connection) is the typed 503 with ``Retry-After``, any other (a constraint) the
+    typed 500; neither carries driver text."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from helix_dbos.http import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/refused")
+    def refused() -> None:
+        psycopg.connect(f"postgresql://postgres@127.0.0.1:{free_port()}/x", connect_timeout=5)
+
+    @app.get("/constraint")
+    def constraint() -> None:
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.execute("INSERT INTO t VALUES (1)")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        _assert_unavailable(client.get("/refused"), "GET /refused")
+        internal = client.get("/constraint")
+        assert internal.status_code == 500
+        assert internal.json() == {
+            "error": "The server failed to handle the request",
+            "code": "framework_internal_error",
+            "retryable": False,
+        }
