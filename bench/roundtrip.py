@@ -17,9 +17,9 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import resource
 import statistics
+import sys
 import time
 import uuid
 from typing import Any

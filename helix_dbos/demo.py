@@ -9,10 +9,14 @@ Message conventions the script understands::
 
     replace "old" with "new"      one edit per such phrase (otherwise one edit of the whole text)
     publish [document <id>]       publish afterwards (document id ``doc-1`` unless named)
+
+For fault tests, ``HELIX_DEMO_MODEL_DELAY_MS`` makes each scripted model call take that many
+milliseconds (default 0), so a test can stop or kill the server while a model call runs.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 from pydantic import BaseModel, Field
@@ -25,6 +29,7 @@ from .llm.scripted import ScriptedLLM, call, reply
 
 __all__ = [
     "EDITOR_AGENT",
+    "MODEL_DELAY_ENV",
     "Edit",
     "EditContentInput",
     "EditContentOutput",
@@ -35,6 +40,8 @@ __all__ = [
 ]
 
 EDITOR_AGENT = "editor"
+#: Test-only: milliseconds each demo model call takes (a stand-in for a real model's latency).
+MODEL_DELAY_ENV = "HELIX_DEMO_MODEL_DELAY_MS"
 
 _REPLACE = re.compile(
     r"""replace\s+(["'])(?P<old>.+?)\1\s+with\s+(["'])(?P<new>.*?)\3""", re.IGNORECASE
@@ -167,11 +174,20 @@ def editor_script(request: LLMRequest) -> LLMResponse:
     return reply(f"{edit_text} Published the document at {url}.")
 
 
+def _model_delay_seconds() -> float:
+    raw = os.environ.get(MODEL_DELAY_ENV, "").strip()
+    try:
+        return max(0.0, float(raw) / 1000) if raw else 0.0
+    except ValueError:
+        return 0.0
+
+
 def editor_agent(*, client_tool_timeout: float | None = None, llm: LLM | None = None) -> Agent:
     """The ``editor`` demo agent: on ``llm``, else a fresh scripted model."""
     return define_agent(
         EDITOR_AGENT,
-        llm=llm or ScriptedLLM(editor_script, name="scripted-editor"),
+        llm=llm
+        or ScriptedLLM(editor_script, name="scripted-editor", delay_seconds=_model_delay_seconds()),
         instructions="You edit the user's document with editContent and publish it with "
         "publishDocument when asked.",
         tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],

@@ -37,14 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import RequestValidationError, SessionNotFoundError
+from ..errors import STORE_UNAVAILABLE_MESSAGE, RequestValidationError, SessionNotFoundError
 from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime
 from ..runtime.submit import Submission
 from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated, run_authenticate
 from .auth import set_request_context as _set_context
 from .body import REQUEST_INVALID_MESSAGE
-from .errors import HelixRoute
+from .errors import HelixRoute, end_on_outage
 from .frames import KEEP_ALIVE
 from .limits import SlidingWindowLimiter, limiter_for
 from .openapi import AUTH_RESPONSES, BODY_RESPONSES, error_response_doc, raw_json_body_doc
@@ -64,6 +64,8 @@ __all__ = ["ChatRequest", "ChatSessionResponse", "UIMessage", "create_chat_route
 #: The tool-part states that answer a pending call.
 ANSWER_STATES = frozenset({"output-available", "output-error", "approval-responded"})
 
+#: The end of a stream the store left (mid-stream it cannot be a 503): an error, then done.
+_OUTAGE_TAIL = encode_chunks([{"type": "error", "errorText": STORE_UNAVAILABLE_MESSAGE}]) + DONE
 _PAGE = 1000
 
 
@@ -257,7 +259,9 @@ async def _replay_stream(message_id: str, view: dict[str, Any]) -> AsyncIterator
 
 def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(
-        body, media_type="text/event-stream", headers=UI_MESSAGE_STREAM_HEADERS
+        end_on_outage(body, _OUTAGE_TAIL),
+        media_type="text/event-stream",
+        headers=UI_MESSAGE_STREAM_HEADERS,
     )
 
 

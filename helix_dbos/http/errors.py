@@ -5,14 +5,23 @@ handler of its own; ``install_error_handlers(app)`` applies the same mapping to 
 routes. Nothing answers an untyped body: FastAPI's own validation errors (query parameters)
 become the fixed ``validation_error``, and an unexpected exception is a typed 500 that reveals
 nothing about it (it is logged with its traceback).
+
+A transient database fault (the database unreachable or restarting, a dropped connection, a
+serialization failure; see ``store.faults``) is not a bug: it answers 503 ``store_unavailable``
+with ``retryable: true`` and a ``Retry-After`` header, so a client retries the same request.
+Its driver text (which can hold SQL and parameters) is never in the body; the log gets the
+exception's type and SQLSTATE only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+import psycopg
+import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError as FastAPIValidationError
 from fastapi.routing import APIRoute
@@ -20,11 +29,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import HelixError, RateLimitedError
-from ..observability.log import logger
+from ..errors import HelixError, StoreUnavailableError
+from ..observability.log import log_event, logger
+from ..store.faults import is_transient
 from .body import REQUEST_INVALID_MESSAGE
 
-__all__ = ["HelixRoute", "error_response", "install_error_handlers"]
+__all__ = [
+    "HelixRoute",
+    "end_on_outage",
+    "error_response",
+    "install_error_handlers",
+    "store_unavailable",
+]
 
 _INTERNAL = {
     "error": "The server failed to handle the request",
@@ -40,15 +56,51 @@ def _jsonable(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def error_response(exc: HelixError) -> JSONResponse:
-    """The typed JSON answer of ``exc`` with its ``http_status`` (and ``Retry-After``)."""
+    """The typed JSON answer of ``exc`` with its ``http_status`` (and ``Retry-After`` when the
+    error says when to retry: ``rate_limited``, ``store_unavailable``)."""
     headers: dict[str, str] = {}
-    if isinstance(exc, RateLimitedError) and "retryAfterSeconds" in exc.details:
+    if "retryAfterSeconds" in exc.details:
         headers["Retry-After"] = str(exc.details["retryAfterSeconds"])
     status = exc.http_status if 400 <= exc.http_status < 600 else 500
     return JSONResponse(_jsonable(exc.to_body()), status_code=status, headers=headers)
 
 
+def store_unavailable(request: Request | None, exc: BaseException) -> StoreUnavailableError:
+    """Log a transient database fault safely and return the error to answer instead."""
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None) or getattr(
+        exc, "sqlstate", None
+    )
+    log_event(
+        "server.store_unavailable",
+        method=request.method if request is not None else None,
+        path=request.url.path if request is not None else None,
+        errorType=type(exc).__name__,
+        sqlstate=sqlstate,
+    )
+    return StoreUnavailableError()
+
+
+async def end_on_outage(body: AsyncIterator[bytes], tail: bytes) -> AsyncIterator[bytes]:
+    """``body``, ended cleanly with ``tail`` if the store becomes unavailable mid-stream.
+
+    A streamed response has sent its status already, so it cannot become a 503: it ends with
+    a frame that tells the client to come back (and the client resumes from what it has).
+    Any other failure propagates (a bug shows as a broken stream and a logged traceback).
+    """
+    try:
+        async for chunk in body:
+            yield chunk
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        if not isinstance(exc, StoreUnavailableError):
+            store_unavailable(None, exc)
+        yield tail
+
+
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if is_transient(exc):
+        return error_response(store_unavailable(request, exc))
     logger.error(
         "HTTP %s %s failed",
         request.method,
@@ -113,5 +165,11 @@ def install_error_handlers(app: FastAPI) -> None:
         }
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
+    async def database_error(request: Request, exc: Exception) -> Response:
+        # A database failure escaping an app route: 503 when transient, else the typed 500.
+        return _unexpected(request, exc)
+
     app.add_exception_handler(HelixError, helix_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    for database_error_type in (sa.exc.SQLAlchemyError, psycopg.Error, sqlite3.Error):
+        app.add_exception_handler(database_error_type, database_error)

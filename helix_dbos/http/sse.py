@@ -12,6 +12,11 @@ ends when there is nothing more to wait for: the turn has ended, or it is parked
 have no answer yet. On SQLite it polls the store every ``POLL_SECONDS``. Every state change commits in the
 same transaction as its events, and the status is read before the last events read, so an
 empty read after such a status means the client has everything.
+
+An open stream rides out a short database outage: a transient fault while polling is retried
+with backoff (keep-alives continue) for up to ``STORE_WAIT_SECONDS``. Past that the stream
+ends with an SSE ``retry:`` hint and no event, and the client resumes from its last event id
+(an ``EventSource`` does so by itself).
 """
 
 from __future__ import annotations
@@ -22,16 +27,25 @@ from typing import Any
 
 from ..core.clock import now_ms
 from ..core.events import SessionEvent
+from ..errors import StoreUnavailableError
 from ..runtime import records
 from ..runtime.runtime import AgentRuntime
+from ..store.faults import is_transient
+from .errors import end_on_outage, store_unavailable
 from .frames import KEEP_ALIVE, frame
 
-__all__ = ["POLL_SECONDS", "event_stream", "follow_events", "frame"]
+__all__ = ["POLL_SECONDS", "STORE_WAIT_SECONDS", "event_stream", "follow_events", "frame"]
 
 #: How often an open stream polls the store for new events (SQLite, or no NOTIFY listener).
 POLL_SECONDS = 0.05
 #: A comment frame keeps idle connections (and proxies) from timing out.
 HEARTBEAT_SECONDS = 15.0
+#: How long an open stream waits for an unreachable store before it ends.
+STORE_WAIT_SECONDS = 30.0
+#: The end of a stream the store left: reconnect after the store's retry delay.
+_OUTAGE_TAIL = (
+    f": store_unavailable\nretry: {StoreUnavailableError.DEFAULT_RETRY_AFTER * 1000}\n\n"
+).encode()
 
 ENDED_STATUSES = frozenset({"idle", "completed", "failed", "interrupted"})
 
@@ -73,6 +87,18 @@ async def event_stream(
     calls the session still waits on, so a client that missed their ``tool_start`` /
     ``tool_approval_request`` can answer them.
     """
+    body = _event_frames(runtime, session_id, after, resend_pending, poll_seconds)
+    async for chunk in end_on_outage(body, _OUTAGE_TAIL):
+        yield chunk
+
+
+async def _event_frames(
+    runtime: AgentRuntime,
+    session_id: str,
+    after: int,
+    resend_pending: bool,
+    poll_seconds: float,
+) -> AsyncIterator[bytes]:
     if resend_pending:
         view = await runtime.status(session_id)
         waiting = unanswered_calls(view)
@@ -108,38 +134,67 @@ async def _follow(
 ) -> AsyncIterator[SessionEvent | None]:
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
+    outage_since: float | None = None
+    failures = 0
     while True:
         if signal is not None:
             signal.clear()  # before the read: a commit after it sets the signal again
-        batch = await runtime.events(session_id, after)
+        try:
+            batch, done = await _poll(runtime, session_id, after)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # The store is unreachable: wait it out (the next poll repeats this one), and
+            # give up once it has been gone too long.
+            now = loop.time()
+            if outage_since is None:
+                outage_since = now
+                store_unavailable(None, exc)
+            if now - outage_since >= STORE_WAIT_SECONDS:
+                raise StoreUnavailableError() from None
+            failures += 1
+            if now - last_sent >= HEARTBEAT_SECONDS:
+                last_sent = now
+                yield None
+            await asyncio.sleep(min(1.0, poll_seconds * 2**failures))
+            continue
+        outage_since, failures = None, 0
         if not batch:
-            # Everything that decides the end is read BEFORE the events: a status (and the
-            # stash a new message leaves) commits together with its events, so an empty
-            # read after them means the client has every event up to that state.
-            view = await runtime.status(session_id)
-            done = view["status"] in ENDED_STATUSES or (
-                is_parked(view) and not await message_waiting(runtime, session_id)
-            )
-            batch = await runtime.events(session_id, after)
-            if not batch:
-                if done:
-                    return
-                if signal is not None:
-                    # Pushed: sleep until the session's events commit; no query meanwhile.
-                    while not signal.is_set():
-                        wait = HEARTBEAT_SECONDS - (loop.time() - last_sent)
-                        try:
-                            await asyncio.wait_for(signal.wait(), max(wait, 0.0))
-                        except TimeoutError:
-                            last_sent = loop.time()
-                            yield None
-                    continue
-                if loop.time() - last_sent >= HEARTBEAT_SECONDS:
-                    last_sent = loop.time()
-                    yield None
-                await asyncio.sleep(poll_seconds)
+            if done:
+                return
+            if signal is not None:
+                # Pushed: sleep until the session's events commit; no query meanwhile.
+                while not signal.is_set():
+                    wait = HEARTBEAT_SECONDS - (loop.time() - last_sent)
+                    try:
+                        await asyncio.wait_for(signal.wait(), max(wait, 0.0))
+                    except TimeoutError:
+                        last_sent = loop.time()
+                        yield None
                 continue
+            if loop.time() - last_sent >= HEARTBEAT_SECONDS:
+                last_sent = loop.time()
+                yield None
+            await asyncio.sleep(poll_seconds)
+            continue
         for item in batch:
             after = item.sequence
             yield item
         last_sent = loop.time()
+
+
+async def _poll(
+    runtime: AgentRuntime, session_id: str, after: int
+) -> tuple[list[SessionEvent], bool]:
+    """The events after ``after``, and, when there are none, whether the stream is done."""
+    batch = await runtime.events(session_id, after)
+    if batch:
+        return batch, False
+    # Everything that decides the end is read BEFORE the events: a status (and the stash a
+    # new message leaves) commits together with its events, so an empty read after them
+    # means the client has every event up to that state.
+    view = await runtime.status(session_id)
+    done = view["status"] in ENDED_STATUSES or (
+        is_parked(view) and not await message_waiting(runtime, session_id)
+    )
+    return await runtime.events(session_id, after), done

@@ -6,6 +6,7 @@ in any process (a crash-recovery test restarts the process and the script still 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -49,14 +50,17 @@ class ScriptedLLM:
         script: ``request -> response``. ``helix_dbos.llm.scripted.reply`` and ``call`` build
             responses.
         name: the adapter's name.
+        delay_seconds: how long each call takes before it answers, like a real model's
+            latency (fault tests use it to stop or crash a server mid model call).
 
     Attributes:
         requests: every request received, in order (the model's call count is ``len``).
     """
 
-    def __init__(self, script: Script, name: str = "scripted") -> None:
+    def __init__(self, script: Script, name: str = "scripted", delay_seconds: float = 0.0) -> None:
         self.name = name
         self._script = script
+        self.delay_seconds = delay_seconds
         self.requests: list[LLMRequest] = []
 
     @property
@@ -67,6 +71,8 @@ class ScriptedLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer from the script; stream the text as one delta."""
         self.requests.append(request.model_copy(deep=True))
+        if self.delay_seconds > 0:
+            await asyncio.sleep(self.delay_seconds)
         response = self._script(request)
         if on_text is not None and response.text:
             await on_text(response.text)

@@ -53,6 +53,7 @@ EVENT_LEVELS: dict[str, int] = {
     "fleet.executor_reclaimed": logging.WARNING,
     "fleet.sweep_failed": logging.ERROR,
     "events.listener_lost": logging.WARNING,
+    "server.store_unavailable": logging.WARNING,
 }
 
 _overrides: list[tuple[str, int]] = []

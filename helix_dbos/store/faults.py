@@ -7,7 +7,8 @@ deadlock). The same work, done again once the database answers, succeeds. Everyt
 constraint violated, a database or role that does not exist, a wrong password, a syntax error,
 a cancelled statement) is not transient: retrying it would only repeat it.
 
-``is_transient`` looks through SQLAlchemy's ``DBAPIError`` wrappers (their driver error in
+``StoreUnavailableError`` (what a bounded retry raises when the database stays away) is
+transient too. ``is_transient`` looks through SQLAlchemy's ``DBAPIError`` wrappers (their driver error in
 ``.orig``, and ``connection_invalidated``) and through exception causes and contexts, so it
 classifies what a store method, a DBOS step or an HTTP handler actually catches. It covers
 psycopg 3 (Postgres) and the standard library's ``sqlite3`` (which aiosqlite re-raises).
@@ -19,6 +20,8 @@ import sqlite3
 
 import psycopg
 import sqlalchemy as sa
+
+from ..errors import StoreUnavailableError
 
 __all__ = ["TRANSIENT_SQLSTATES", "is_transient"]
 
@@ -99,6 +102,8 @@ def is_transient(exc: BaseException) -> bool:
 
 def _classify(exc: BaseException) -> bool | None:
     """True or False when ``exc`` itself decides it; None to look at its causes."""
+    if isinstance(exc, StoreUnavailableError):
+        return True  # a retry loop below already gave up waiting: still transient
     if isinstance(exc, sa.exc.DBAPIError):
         if exc.connection_invalidated:
             # SQLAlchemy saw the connection die under the statement: transient whatever

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from helix_dbos.errors import StaleStateError, StoreUnavailableError
 from helix_dbos.store.faults import is_transient
 
 from .pgcluster import PrivateCluster
@@ -254,7 +255,9 @@ def test_pool_checkout_timeout_is_transient(cluster_url: str) -> None:
 
 
 def test_plain_errors_are_not_transient() -> None:
-    """Errors that have nothing to do with a database."""
+    """Errors that have nothing to do with a database; StoreUnavailableError is transient."""
+    assert is_transient(StoreUnavailableError())
+    assert not is_transient(StaleStateError("gave up"))
     for exc in (ValueError("x"), KeyError("k"), RuntimeError("connection failed"), TimeoutError()):
         assert not is_transient(exc)
     assert is_transient(ConnectionResetError(104, "Connection reset by peer"))

@@ -1,0 +1,221 @@
+"""The chaos run: demo sessions through ``helix-dbos serve`` while the server is SIGKILLed at
+random points (mid model step, mid start, mid submit, mid interrupt) and restarted with the
+same identity.
+
+Each session is a client of the ``editor`` demo: it starts a turn, answers every call the
+session waits on (the ``editContent`` result; a third of the sessions also ask to publish, so
+a human approves ``publishDocument``), and a fifth of them interrupt their turn at a random
+moment. The client rides out the restarts: a request whose answer was lost is sent again.
+
+Afterwards the database must show: every session ended, no call with two tool results, every
+answer the server took (``accepted``) applied, no session active without a live workflow, no
+run with two ``turn_end`` events, and no answer a 500.
+
+``run_chaos`` is shared by the CI test (``tests/chaos/test_chaos.py``, small) and the full run
+(``bench/chaos.py``: 200 sessions, 40 kills).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.faults.serve import (
+    Answer,
+    Client,
+    EditorUser,
+    Findings,
+    ServeProcess,
+    check_database,
+    editor_message,
+)
+
+__all__ = ["KILL_POINTS", "ChaosReport", "run_chaos"]
+
+#: Where a kill lands: during a model call, or a few ms into one of these requests.
+KILL_POINTS = ("model", "start", "submit", "interrupt")
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did and what the database showed afterwards."""
+
+    sessions: int
+    kills_by_point: dict[str, int]
+    seconds: float
+    findings: Findings
+    interrupted_then_completed: list[str] = field(default_factory=list)
+    internal_errors: list[dict[str, Any]] = field(default_factory=list)
+    transport_retries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        f = self.findings
+        return not (
+            f.not_ended
+            or f.duplicate_tool_results
+            or f.lost_answers
+            or f.active_without_workflow
+            or f.double_turn_end
+            or self.interrupted_then_completed
+            or self.internal_errors
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "sessions": self.sessions,
+            "kills": self.kills_by_point,
+            "seconds": round(self.seconds, 1),
+            **self.findings.summary(),
+            "interrupt_answered_interrupted_but_completed": len(self.interrupted_then_completed),
+            "http_500_answers": len(self.internal_errors),
+            "client_resends_after_lost_answers": self.transport_retries,
+        }
+
+
+class _Killer:
+    """Kills the server at chosen points, one at a time, and restarts it."""
+
+    def __init__(self, server: ServeProcess, rng: random.Random) -> None:
+        self.server = server
+        self.rng = rng
+        self.armed: str | None = None
+        self.fired = asyncio.Event()
+        self.lock = asyncio.Lock()
+        self.by_point: dict[str, int] = {point: 0 for point in KILL_POINTS}
+        self.running_sessions: set[str] = set()
+
+    def saw(self, sid: str, status: str) -> None:
+        """A client read ``status``: track which sessions run (a model call, likely)."""
+        if status == "running":
+            self.running_sessions.add(sid)
+        else:
+            self.running_sessions.discard(sid)
+
+    def before(self, point: str) -> None:
+        """Called by a client just before it sends a ``point`` request."""
+        if self.armed == point:
+            self.armed = None
+            asyncio.get_running_loop().create_task(self._kill_soon(point))
+
+    async def _kill_soon(self, point: str) -> None:
+        # A few ms into the request: the handler is mid-way (entry committed, workflow not
+        # started; answer stored, wake-up not sent; ...) as often as not.
+        await asyncio.sleep(self.rng.uniform(0.0, 0.03))
+        self._kill(point)
+
+    def _kill(self, point: str) -> None:
+        self.server.kill()
+        self.by_point[point] += 1
+        self.fired.set()
+
+    async def kill_at(self, point: str, wait: float = 5.0) -> None:
+        """Kill at ``point`` (or at once, as ``model``, if no such request comes), restart."""
+        async with self.lock:
+            self.fired.clear()
+            if point == "model":
+                deadline = time.monotonic() + wait
+                while not self.running_sessions and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                self._kill("model")
+            else:
+                self.armed = point
+                try:
+                    await asyncio.wait_for(self.fired.wait(), wait)
+                except TimeoutError:
+                    self.armed = None
+                    self._kill("model")
+            await asyncio.to_thread(self.server.start)
+
+
+async def run_chaos(
+    database_url: str,
+    workdir: Path,
+    *,
+    sessions: int = 30,
+    kills: int = 5,
+    concurrency: int = 15,
+    model_delay_ms: int = 150,
+    interrupt_share: float = 0.2,
+    session_timeout: float = 90.0,
+    seed: int | None = None,
+) -> ChaosReport:
+    """Run the chaos scenario against a fresh database and return the report."""
+    rng = random.Random(seed)
+    tag = f"{rng.getrandbits(32):08x}"
+    server = ServeProcess(
+        database_url, workdir, env={"HELIX_DEMO_MODEL_DELAY_MS": str(model_delay_ms)}
+    )
+    await asyncio.to_thread(server.start)
+    client = Client(server.base_url, patience=session_timeout + 60)
+    killer = _Killer(server, rng)
+    stored: list[Answer] = []
+    interrupted_answers: dict[str, str] = {}
+    began = time.monotonic()
+    gate = asyncio.Semaphore(concurrency)
+    user = EditorUser(
+        client, rng, stored, interrupted_answers, before=killer.before, on_status=killer.saw
+    )
+
+    async def one(index: int) -> str:
+        async with gate:
+            return await user.run(
+                f"chaos-{tag}-{index:04d}",
+                editor_message(index),
+                timeout=session_timeout,
+                interrupt_chance=interrupt_share,
+            )
+
+    async def chaos_monkey(done: asyncio.Event) -> None:
+        points = [KILL_POINTS[i % len(KILL_POINTS)] for i in range(kills)]
+        rng.shuffle(points)
+        # Starts happen early (each session starts once): their kills go first.
+        points.sort(key=lambda point: point != "start")
+        # Kill soon after each restart, while sessions are in flight (a restart takes
+        # seconds, and the clients wait for it, so the run outlasts the kills).
+        for point in points:
+            if done.is_set():
+                break
+            await asyncio.sleep(rng.uniform(0.2, 1.0))
+            await killer.kill_at(point)
+
+    try:
+        all_done = asyncio.Event()
+        monkey = asyncio.create_task(chaos_monkey(all_done))
+        session_ids = await asyncio.gather(*(one(i) for i in range(sessions)))
+        all_done.set()
+        await monkey
+        seconds = time.monotonic() - began
+    finally:
+        await client.close()
+        await asyncio.to_thread(server.stop)
+    interrupted = [sid for sid, said in interrupted_answers.items() if said == "interrupted"]
+    stored_not_interrupted = [a for a in stored if a.session_id not in interrupted_answers]
+    findings = check_database(database_url, list(session_ids), stored_not_interrupted)
+    completed = _final_statuses(database_url, interrupted)
+    return ChaosReport(
+        sessions=sessions,
+        kills_by_point=killer.by_point,
+        seconds=seconds,
+        findings=findings,
+        interrupted_then_completed=[
+            sid for sid in interrupted if completed.get(sid) == "completed"
+        ],
+        internal_errors=client.internal_errors,
+        transport_retries=client.transport_retries,
+    )
+
+
+def _final_statuses(database_url: str, session_ids: list[str]) -> dict[str, str]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            'SELECT session_id, status FROM "__agents_states" WHERE session_id = ANY(%s)',
+            (session_ids,),
+        ).fetchall()
+    return {r[0]: r[1] for r in rows}
