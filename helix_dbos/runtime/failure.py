@@ -8,6 +8,7 @@ log at most (``turn.error_detail``, through the runtime's scrubber).
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +55,11 @@ def turn_error(
 ) -> dict[str, Any]:
     """The session's ``error`` for a failed turn; logs the exception's text (scrubbed)."""
     if exc is not None:
-        text = f"{type(exc).__name__}: {exc}"
+        # The exception and where it was raised (the innermost frames), for the operator.
+        where = traceback.extract_tb(exc.__traceback__)[-3:]
+        text = f"{type(exc).__name__}: {exc} at " + " < ".join(
+            f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in reversed(where)
+        )
         log_event(
             "turn.error_detail",
             sessionId=session_id,
