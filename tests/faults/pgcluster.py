@@ -110,10 +110,9 @@ class PrivateCluster:
                     "listen_addresses = '127.0.0.1'\n"
                     f"unix_socket_directories = '{root}'\n"
                     "max_connections = 200\n"
-                    # An immediate stop crashes the server, not the machine: without fsync
-                    # the WAL still reaches the OS. synchronous_commit stays on: off, a crash
-                    # loses commits the server already acknowledged, which no client can
-                    # be promised to survive.
+                    # No fsync: the tests stop the server, never the machine, so what the server
+                    # wrote reaches the files anyway. synchronous_commit stays on: with it off,
+                    # an immediate stop would lose commits the clients were told had happened.
                     "fsync = off\n"
                     "full_page_writes = off\n"
                     "shared_buffers = 32MB\n"
