@@ -307,9 +307,7 @@ def _read_retried(fn: F) -> F:
 
     @functools.wraps(fn)
     async def run(self: SessionStore, *args: Any, **kwargs: Any) -> Any:
-        joined = kwargs.get("conn") is not None or any(
-            isinstance(a, AsyncConnection) for a in args
-        )
+        joined = kwargs.get("conn") is not None or any(isinstance(a, AsyncConnection) for a in args)
         if joined or _bound.get() is not None:
             # On a caller's connection: a fault is the caller's to retry (a retry here would
             # reuse the broken connection).
