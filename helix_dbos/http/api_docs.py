@@ -24,7 +24,7 @@ from fastapi.openapi.docs import (
     get_swagger_ui_html,
     get_swagger_ui_oauth2_redirect_html,
 )
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 __all__ = ["ASSETS_PATH", "install_api_docs"]
@@ -34,6 +34,18 @@ ASSETS_PATH = "/docs/assets"
 
 #: The files of Swagger UI and ReDoc, as the fastapi-offline package ships them.
 _ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+#: The one remote file ReDoc's bundle loads by itself: the logo of its "API docs by Redocly"
+#: footer. The served copy shows the page's own favicon instead.
+_REDOC_REMOTE_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+
+
+def _redoc_without_remote_logo() -> bytes:
+    """ReDoc's bundle with its remote footer logo pointing at a local file (no request leaves
+    the server, and nothing waits on a CDN offline)."""
+    text = (_ASSETS_DIR / "redoc.standalone.js").read_text(encoding="utf-8")
+    return text.replace(_REDOC_REMOTE_LOGO, f"{ASSETS_PATH}/favicon.png").encode("utf-8")
 
 
 def install_api_docs(
@@ -48,6 +60,17 @@ def install_api_docs(
         return app
     openapi_url = app.openapi_url
     oauth2_redirect = f"{docs_url}/oauth2-redirect"
+    redoc_js = _redoc_without_remote_logo()
+
+    # Registered before the mount, so it wins over the packaged file of the same name.
+    @app.get(f"{ASSETS_PATH}/redoc.standalone.js", include_in_schema=False)
+    async def redoc_script() -> Response:
+        return Response(
+            redoc_js,
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=3600"},
+        )
+
     app.mount(ASSETS_PATH, StaticFiles(directory=_ASSETS_DIR), name="api-docs-assets")
 
     def prefix(request: Request) -> str:

@@ -65,7 +65,8 @@ class Visit:
 
     def foreign_requests(self, base_url: str) -> list[str]:
         """Requests that left the server under test (``data:`` URLs stay in the page)."""
-        return [url for url in self.requests if not url.startswith((base_url + "/", "data:"))]
+        local = (base_url + "/", "data:", f"blob:{base_url}/")  # a blob of the page stays in it
+        return [url for url in self.requests if not url.startswith(local)]
 
 
 @pytest.fixture

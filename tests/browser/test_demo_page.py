@@ -212,11 +212,6 @@ def test_swagger_ui_renders_offline(sqlite_server: Served, visit: Visit) -> None
     assert visit.foreign_requests(base) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ReDoc stops at the OpenAPI document's dangling $ref (#/$defs/UIMessage), which the "
-    "branch fixing /chat's schema removes: drop this mark when it is merged",
-)
 def test_redoc_renders_offline(sqlite_server: Served, visit: Visit) -> None:
     """/redoc: ReDoc renders the OpenAPI document from the server's own files."""
     page, base = visit.page, sqlite_server.base_url
