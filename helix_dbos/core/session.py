@@ -23,6 +23,7 @@ __all__ = [
     "args_digest",
     "batch_of",
     "is_batch_ready_at_last_submit",
+    "stop_pending",
     "unanswered",
 ]
 
@@ -136,6 +137,24 @@ class SubmitAnswer(BaseModel):
         if self.tool_call_id is not None:
             body["toolCallId"] = self.tool_call_id
         return body
+
+
+def stop_pending(owner: SessionState, root: SessionState, at_ms: int) -> list[PendingCall]:
+    """Clear every pending call of ``owner``: its ownership entry on ``root`` goes, and a
+    ``stopped`` tombstone takes its place (a late submit answers ``run_stopped``). Returns the
+    calls cleared. Pure on the two states (a retried transaction may run it again)."""
+    cleared = list(owner.pending.values())
+    for entry in cleared:
+        root.ownership.pop(entry.tool_call_id, None)
+        root.completed[entry.tool_call_id] = Tombstone(
+            completed_at=at_ms,
+            outcome="stopped",
+            run_id=entry.run_id,
+            owner_session_id=owner.session_id,
+            retention_ms=entry.completed_retention_ms,
+        )
+    owner.pending.clear()
+    return cleared
 
 
 def args_digest(tool_name: str, tool_input: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.events import event
-from ..core.session import PendingCall, SessionState, Tombstone, batch_of, unanswered
+from ..core.session import PendingCall, SessionState, batch_of, stop_pending, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError
 from ..observability import metrics
 from ..observability.log import log_event
@@ -79,17 +79,7 @@ async def stop_tree(
         if not live:
             raise NoChange((stopped, []))
         for s in live:
-            for entry in list(s.pending.values()):
-                stopped.append((s, entry))
-                root.ownership.pop(entry.tool_call_id, None)
-                root.completed[entry.tool_call_id] = Tombstone(
-                    completed_at=at,
-                    outcome="stopped",
-                    run_id=entry.run_id,
-                    owner_session_id=s.session_id,
-                    retention_ms=entry.completed_retention_ms,
-                )
-            s.pending.clear()
+            stopped.extend((s, entry) for entry in stop_pending(s, root, at))
             s.metadata.pop("entryInput", None)
             s.status = "failed" if abort else "interrupted"
             s.error = error

@@ -37,7 +37,12 @@ from typing import Any
 from dbos import DBOS, SetWorkflowID
 
 from ..core.events import event
-from ..core.session import SessionState, Tombstone, batch_of, is_batch_ready_at_last_submit
+from ..core.session import (
+    SessionState,
+    batch_of,
+    is_batch_ready_at_last_submit,
+    stop_pending,
+)
 from ..observability.log import log_event
 from ..store.store import NoChange, now_ms, patience
 from . import names
@@ -231,16 +236,7 @@ async def _end(
     )
 
     def end(s: SessionState, root: SessionState, at: int) -> None:
-        for tcid, entry in list(s.pending.items()):
-            del s.pending[tcid]
-            root.ownership.pop(tcid, None)
-            root.completed[tcid] = Tombstone(
-                completed_at=at,
-                outcome="stopped",
-                run_id=entry.run_id,
-                owner_session_id=s.session_id,
-                retention_ms=entry.completed_retention_ms,
-            )
+        stop_pending(s, root, at)
         s.metadata.pop("entryInput", None)
         s.status = outcome  # type: ignore[assignment]
         s.error = error

@@ -19,7 +19,7 @@ from ..core.humanize import humanize_client_tool_error
 from ..core.llm import LLMRequest, LLMResponse
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
-from ..core.session import PendingCall, SessionState, Tombstone, args_digest
+from ..core.session import PendingCall, SessionState, Tombstone, args_digest, stop_pending
 from ..errors import HelixError, ProviderError
 from ..observability import metrics
 from ..observability.log import log_event
@@ -618,16 +618,7 @@ async def finish_turn(
     def finish(states: dict[str, SessionState]) -> None:
         owner, root = states[session_id], states[root_id]
         guard(owner, run_id, ACTIVE_STATUSES)
-        for tcid, entry in list(owner.pending.items()):
-            del owner.pending[tcid]
-            root.ownership.pop(tcid, None)
-            root.completed[tcid] = Tombstone(
-                completed_at=at,
-                outcome="stopped",
-                run_id=entry.run_id,
-                owner_session_id=session_id,
-                retention_ms=entry.completed_retention_ms,
-            )
+        stop_pending(owner, root, at)
         end({session_id: owner})
 
     await ctx.store.update([session_id, root_id], finish, conn=conn)
