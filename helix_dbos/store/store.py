@@ -88,6 +88,41 @@ _bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", defaul
 _pointing: ContextVar[Pointing | None] = ContextVar("helix_store_pointing", default=None)
 
 
+# The statements every transition runs, built once: SQLAlchemy then neither rebuilds them nor
+# recomputes their cache keys on each call (a measurable share of a round trip's CPU).
+_STATE_COLUMNS = (
+    "agent_type",
+    "root_session_id",
+    "parent_session_id",
+    "status",
+    "run_id",
+    "workflow_id",
+    "pending_client_tool_calls",
+    "client_tool_call_ownership",
+    "completed_client_tool_calls",
+    "metadata",
+    "error",
+    "latest_checkpoint_id",
+)
+_STATE_BY_ID = states.select().where(states.c.session_id == sa.bindparam("sid"))
+_STATES_BY_IDS = states.select().where(states.c.session_id.in_(sa.bindparam("ids", expanding=True)))
+_STATES_FOR_UPDATE = _STATES_BY_IDS.order_by(states.c.session_id).with_for_update()
+_SAVE_STATE = (
+    states.update()
+    .where(
+        states.c.session_id == sa.bindparam("b_session_id"),
+        states.c.version == sa.bindparam("b_version"),
+    )
+    .values(
+        version=states.c.version + 1,
+        updated_at=sa.bindparam("b_updated_at", type_=states.c.updated_at.type),
+        **{name: sa.bindparam(name, type_=states.c[name].type) for name in _STATE_COLUMNS},
+    )
+)
+_CHECKPOINT_BY_ID = sa.select(checkpoints).where(
+    checkpoints.c.checkpoint_id == sa.bindparam("checkpoint_id")
+)
+
 _APPEND_EVENTS_PG = sa.text(
     """
     WITH seq AS (
@@ -471,9 +506,7 @@ class SessionStore:
     ) -> SessionState | None:
         """The session, or ``None``."""
         async with self._read(conn) as c:
-            row = (
-                await c.execute(states.select().where(states.c.session_id == session_id))
-            ).first()
+            row = (await c.execute(_STATE_BY_ID, {"sid": session_id})).first()
         return _state_from_row(row) if row is not None else None
 
     async def get(self, session_id: str, conn: AsyncConnection | None = None) -> SessionState:
@@ -509,12 +542,9 @@ class SessionStore:
         if note is not None and note.session_id == state.session_id:
             values["latest_checkpoint_id"] = note.checkpoint_id
             note.done = True
+        values.update(b_session_id=state.session_id, b_version=state.version, b_updated_at=_now())
         async with self.transaction(conn) as c:
-            result = await c.execute(
-                states.update()
-                .where(states.c.session_id == state.session_id, states.c.version == state.version)
-                .values(version=states.c.version + 1, updated_at=_now(), **values)
-            )
+            result = await c.execute(_SAVE_STATE, values)
         if result.rowcount != 1:
             raise StaleStateError(
                 f"Session {state.session_id!r} changed since version {state.version}",
@@ -587,10 +617,8 @@ class SessionStore:
     ) -> dict[str, SessionState]:
         """The rows, locked for this transaction on Postgres (in id order: no deadlock), so
         concurrent writers queue instead of losing their compare-and-swap."""
-        query = states.select().where(states.c.session_id.in_(ids))
-        if self.dialect == "postgresql":
-            query = query.order_by(states.c.session_id).with_for_update()
-        rows = (await conn.execute(query)).all()
+        query = _STATES_FOR_UPDATE if self.dialect == "postgresql" else _STATES_BY_IDS
+        rows = (await conn.execute(query, {"ids": ids})).all()
         return {s.session_id: s for s in map(_state_from_row, rows)}
 
     def _check_size(self, state: SessionState) -> None:
@@ -931,11 +959,7 @@ class SessionStore:
     ) -> dict[str, Any] | None:
         """One checkpoint by id, or ``None``."""
         async with self._read(conn) as c:
-            row = (
-                await c.execute(
-                    sa.select(checkpoints).where(checkpoints.c.checkpoint_id == checkpoint_id)
-                )
-            ).first()
+            row = (await c.execute(_CHECKPOINT_BY_ID, {"checkpoint_id": checkpoint_id})).first()
         return dict(row._mapping) if row is not None else None
 
     @_read_retried
