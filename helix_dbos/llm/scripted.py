@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -52,24 +53,34 @@ class ScriptedLLM:
         name: the adapter's name.
         delay_seconds: how long each call takes before it answers, like a real model's
             latency (fault tests use it to stop or crash a server mid model call).
+        keep_requests: how many of the latest requests to keep in ``requests`` (a demo
+            server runs for ever: it must not keep every conversation it was sent).
 
     Attributes:
-        requests: every request received, in order (the model's call count is ``len``).
+        requests: the latest requests received, oldest first.
     """
 
-    def __init__(self, script: Script, name: str = "scripted", delay_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        script: Script,
+        name: str = "scripted",
+        delay_seconds: float = 0.0,
+        keep_requests: int = 1000,
+    ) -> None:
         self.name = name
         self._script = script
         self.delay_seconds = delay_seconds
-        self.requests: list[LLMRequest] = []
+        self.requests: deque[LLMRequest] = deque(maxlen=keep_requests)
+        self._calls = 0
 
     @property
     def calls(self) -> int:
         """How many model calls ran in this process."""
-        return len(self.requests)
+        return self._calls
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer from the script; stream the text as one delta."""
+        self._calls += 1
         self.requests.append(request.model_copy(deep=True))
         if self.delay_seconds > 0:
             await asyncio.sleep(self.delay_seconds)
