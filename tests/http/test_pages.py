@@ -7,11 +7,12 @@ in tests/browser drive the same pages in Chromium against a running server.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import define_agent
@@ -32,10 +33,17 @@ def settings(tmp_path: Path) -> HelixSettings:
     return HelixSettings(database_url=f"sqlite:///{tmp_path}/pages.db")
 
 
+def client_of(app: Any, root_path: str = "") -> httpx.AsyncClient:
+    """A client calling the app in process (no server, no lifespan)."""
+    transport = httpx.ASGITransport(app=app, root_path=root_path)
+    return httpx.AsyncClient(transport=transport, base_url="http://pages.test")
+
+
 @pytest.fixture
-def demo_client(tmp_path: Path) -> TestClient:
+async def demo_client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     runtime = AgentRuntime(demo_agents(), settings(tmp_path))
-    return TestClient(create_app(runtime, allow_unauthenticated=True))
+    async with client_of(create_app(runtime, allow_unauthenticated=True)) as client:
+        yield client
 
 
 def other_runtime(tmp_path: Path) -> AgentRuntime:
@@ -47,9 +55,11 @@ def loaded_urls(html: str) -> list[str]:
     return [a or b for a, b in LOADS.findall(html)]
 
 
-def test_the_demo_page_is_served_with_the_demo_agents(demo_client: TestClient) -> None:
+async def test_the_demo_page_is_served_with_the_demo_agents(
+    demo_client: httpx.AsyncClient,
+) -> None:
     """GET / is the page: the labelled controls, its own assets, a strict CSP."""
-    page = demo_client.get("/")
+    page = await demo_client.get("/")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     csp = page.headers["content-security-policy"]
@@ -64,8 +74,8 @@ def test_the_demo_page_is_served_with_the_demo_agents(demo_client: TestClient) -
         if asset.startswith("data:"):
             continue
         assert not EXTERNAL.match(asset), asset
-        assert demo_client.get("/" + asset).status_code == 200, asset
-    script = demo_client.get("/demo-page/demo.js")
+        assert (await demo_client.get("/" + asset)).status_code == 200, asset
+    script = await demo_client.get("/demo-page/demo.js")
     assert "javascript" in script.headers["content-type"]
     assert "'Approve'" in script.text and "'Deny'" in script.text
 
@@ -79,21 +89,23 @@ def test_the_page_files_name_no_other_host() -> None:
         assert not EXTERNAL.search(file.read_text()), file.name
 
 
-def test_no_page_for_an_app_without_the_demo_agent(tmp_path: Path) -> None:
+async def test_no_page_for_an_app_without_the_demo_agent(tmp_path: Path) -> None:
     """Another app's agents: / is the typed 404; asking for the page is a ConfigError."""
-    client = TestClient(create_app(other_runtime(tmp_path), allow_unauthenticated=True))
-    missing = client.get("/")
+    app = create_app(other_runtime(tmp_path), allow_unauthenticated=True)
+    async with client_of(app) as client:
+        missing = await client.get("/")
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
     with pytest.raises(ConfigError, match="demo page"):
         create_app(other_runtime(tmp_path), allow_unauthenticated=True, demo_page=True)
 
 
-def test_the_page_can_be_switched_off(tmp_path: Path) -> None:
+async def test_the_page_can_be_switched_off(tmp_path: Path) -> None:
     """demo_page=False: no page even with the demo agents; the API docs stay."""
     runtime = AgentRuntime(demo_agents(), settings(tmp_path))
-    client = TestClient(create_app(runtime, allow_unauthenticated=True, demo_page=False))
-    assert client.get("/").status_code == 404
-    assert client.get("/docs").status_code == 200
+    app = create_app(runtime, allow_unauthenticated=True, demo_page=False)
+    async with client_of(app) as client:
+        assert (await client.get("/")).status_code == 404
+        assert (await client.get("/docs")).status_code == 200
 
 
 def test_serves_demo_agent_needs_the_client_tool(tmp_path: Path) -> None:
@@ -107,10 +119,12 @@ def test_serves_demo_agent_needs_the_client_tool(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc"])
-def test_the_api_docs_reference_no_external_url(demo_client: TestClient, path: str) -> None:
+async def test_the_api_docs_reference_no_external_url(
+    demo_client: httpx.AsyncClient, path: str
+) -> None:
     """/docs (Swagger UI) and /redoc load their scripts, styles and icon from this server,
     Swagger UI's online validator is off, and ReDoc loads no web fonts."""
-    page = demo_client.get(path)
+    page = await demo_client.get(path)
     assert page.status_code == 200
     assert not EXTERNAL.search(page.text), EXTERNAL.findall(page.text)
     assets: list[Any] = loaded_urls(page.text)
@@ -118,16 +132,17 @@ def test_the_api_docs_reference_no_external_url(demo_client: TestClient, path: s
     assert any(a.endswith(".js") for a in assets)
     for asset in assets:
         assert asset.startswith("/"), asset
-        assert demo_client.get(asset).status_code == 200, asset
+        assert (await demo_client.get(asset)).status_code == 200, asset
     if path == "/docs":
         assert '"validatorUrl": null' in page.text
-        assert demo_client.get("/docs/oauth2-redirect").status_code == 200
+        assert (await demo_client.get("/docs/oauth2-redirect")).status_code == 200
 
 
-def test_the_docs_follow_the_root_path(tmp_path: Path) -> None:
+async def test_the_docs_follow_the_root_path(tmp_path: Path) -> None:
     """Behind a proxy that mounts the app under a prefix, the docs load from under it."""
     runtime = AgentRuntime(demo_agents(), settings(tmp_path))
-    client = TestClient(create_app(runtime, allow_unauthenticated=True), root_path="/helix")
-    html = client.get("/docs").text
+    app = create_app(runtime, allow_unauthenticated=True)
+    async with client_of(app, root_path="/helix") as client:
+        html = (await client.get("/docs")).text
     assert "url: '/helix/openapi.json'" in html
     assert "/helix/docs/assets/swagger-ui-bundle.js" in html
