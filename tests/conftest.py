@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,26 +73,44 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 _exit_status: int | None = None
 """The session's exit status, once ``pytest_sessionfinish`` has run; ``None`` until then."""
 
+LEFTOVER_THREAD_GRACE_SECONDS = float(os.environ.get("HELIX_TEST_THREAD_GRACE_SECONDS", "30"))
+"""How long the end of the session waits for threads a test left running."""
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     global _exit_status
     _exit_status = int(exitstatus)
 
 
+def _leftover_threads() -> list[threading.Thread]:
+    """The threads the interpreter would wait for at exit (non-daemon, still running)."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Leave as soon as everything is reported.
+    """Exit the usual way, unless a thread left running would hold the interpreter.
 
-    DBOS keeps the worker threads of runtimes that earlier tests destroyed; one that was
-    mid-operation when its test database was dropped retries its connection with growing
-    sleeps, and the interpreter would join it at exit for minutes. Nothing is left to run.
+    Every runtime a test launches is shut down by its fixture, and DBOS's threads end with it,
+    so normally no thread is left and pytest exits as it always does, with its own code. Should
+    one still run after ``LEFTOVER_THREAD_GRACE_SECONDS`` (a DBOS worker that was mid-operation
+    when its test database was dropped retries its connection for ever, with growing sleeps),
+    the process leaves at once, naming it, rather than hang.
 
-    Only after ``pytest_sessionfinish`` has recorded the real status: when configuration or
-    session start fails (a malformed option, an INTERNALERROR), pytest skips it, and leaving
-    here would turn that failure into exit 0. Then pytest exits the usual way, with its code.
+    That early exit uses the status ``pytest_sessionfinish`` recorded. When configuration or
+    session start fails (a malformed option, an INTERNALERROR), pytest skips that hook, and
+    nothing here runs: pytest exits the usual way, with its code.
     """
     if _exit_status is None:
         return
+    deadline = time.monotonic() + LEFTOVER_THREAD_GRACE_SECONDS
+    for thread in _leftover_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = _leftover_threads()
+    if not stuck:
+        return
+    names = ", ".join(t.name for t in stuck)
+    print(f"\nthreads still running at the end of the session: {names}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)

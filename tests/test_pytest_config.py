@@ -1,12 +1,13 @@
 """The test run cannot lie: a broken configuration or a failing test gives a non-zero exit.
 
-``tests/conftest.py`` leaves the interpreter early at the end of a session (DBOS's leftover
-threads would delay exit); these runs, with that conftest loaded and the project's pytest
-configuration, show the early exit never hides a failure.
+``tests/conftest.py`` ends a session the usual way, unless a thread a test left running would
+hold the interpreter: then it leaves early. These runs, with that conftest loaded and the
+project's pytest configuration, show that neither way hides a failure.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_pytest(test_file: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    test_file: Path, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """pytest on ``test_file`` with this project's configuration and conftest."""
     return subprocess.run(
         [
@@ -39,6 +42,7 @@ def run_pytest(test_file: Path, *options: str) -> subprocess.CompletedProcess[st
         capture_output=True,
         text=True,
         timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -71,7 +75,7 @@ def test_an_unknown_option_fails_the_run(passing: Path) -> None:
 
 
 def test_a_failing_test_fails_the_run(tmp_path: Path) -> None:
-    """A failing test exits 1 through the early exit."""
+    """A failing test exits 1."""
     test = tmp_path / "test_failing.py"
     test.write_text("def test_no() -> None:\n    assert False\n")
     done = run_pytest(test)
@@ -87,3 +91,31 @@ def test_a_warning_fails_the_run(tmp_path: Path) -> None:
     )
     done = run_pytest(test)
     assert done.returncode == 1, done.stdout + done.stderr
+
+
+#: A test that leaves a thread running for ever (as a stuck DBOS worker would), then passes or
+#: fails as ``OUTCOME`` says.
+STUCK_THREAD_TEST = """\
+import threading
+
+OUTCOME = {outcome}
+
+
+def test_leaves_a_thread() -> None:
+    threading.Thread(target=threading.Event().wait, name="stuck-worker").start()
+    assert OUTCOME
+"""
+
+
+@pytest.mark.parametrize(("outcome", "code"), [(True, 0), (False, 1)])
+def test_a_thread_left_running_ends_the_run_with_its_status(
+    tmp_path: Path, outcome: bool, code: int
+) -> None:
+    """A thread that would hold the interpreter for ever: after the grace period the run
+    leaves, names it, and keeps the session's status (0 when every test passed, 1 when one
+    failed)."""
+    test = tmp_path / "test_stuck.py"
+    test.write_text(STUCK_THREAD_TEST.format(outcome=outcome))
+    done = run_pytest(test, env={"HELIX_TEST_THREAD_GRACE_SECONDS": "0.5"})
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "threads still running at the end of the session: stuck-worker" in done.stderr

@@ -19,6 +19,7 @@ from ..store.store import NoChange, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
+from .records import STASH_KEY, EntryStash
 from .wake import send_to_turn
 
 __all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]
@@ -80,7 +81,7 @@ async def stop_tree(
             raise NoChange((stopped, []))
         for s in live:
             stopped.extend((s, entry) for entry in stop_pending(s, root, at))
-            s.metadata.pop("entryInput", None)
+            s.metadata.pop(STASH_KEY, None)
             s.status = "failed" if abort else "interrupted"
             s.error = error
         return stopped, [s.session_id for s in live]
@@ -209,9 +210,10 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
             or s.run_id != run_id
         ):
             raise NoChange(None)
-        if "entryInput" in s.metadata:
+        if STASH_KEY in s.metadata:
             raise NoChange(None)
-        s.metadata["entryInput"] = {"message": message, "abandonPending": abandon, "runId": run_id}
+        stashed: EntryStash = {"message": message, "abandonPending": abandon, "runId": run_id}
+        s.metadata[STASH_KEY] = stashed
         # Wake every call of the batch: the coroutine may be parked on an answered call whose
         # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
         return [p.tool_call_id for p in batch_of(s.pending, run_id)]

@@ -20,6 +20,7 @@ from ..store.store import NoChange, SessionStore, guard
 from . import names
 from .context import current
 from .once import exactly_once, step_connection
+from .records import STASH_KEY, ChildStarted, FencedResult
 
 __all__ = ["ACTIVE_STATUSES", "open_turn", "start_child_session", "unpaired_tool_calls"]
 
@@ -87,7 +88,7 @@ async def open_turn(
                     runId=s.run_id,
                 )
             s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
-            s.metadata.pop("entryInput", None)
+            s.metadata.pop(STASH_KEY, None)
 
         saved, _ = await store.update([session_id], claim, conn=conn)
         state = saved[session_id]
@@ -125,7 +126,7 @@ async def start_child_session(
     parent_session_id: str,
     parent_run_id: str,
     message: str,
-) -> dict[str, Any]:
+) -> ChildStarted | FencedResult:
     """Inside a parent turn: create the sub-agent's session and commit its entry (one step).
 
     Fenced on the parent: a parent whose run was stopped or superseded creates no child
@@ -153,7 +154,7 @@ async def _start_child(
     parent_session_id: str,
     parent_run_id: str,
     message: str,
-) -> dict[str, Any]:
+) -> ChildStarted:
     store = current().store
     conn = await step_connection()
 

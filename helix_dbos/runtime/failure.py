@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import HelixError
 from ..observability.log import log_event
+from .records import TurnError
 
 __all__ = ["FIXED_MESSAGES", "internal_error", "turn_error"]
 
@@ -52,7 +52,7 @@ def turn_error(
     session_id: str,
     run_id: str,
     scrubber: Callable[[str], str] | None = None,
-) -> dict[str, Any]:
+) -> TurnError:
     """The session's ``error`` for a failed turn; logs the exception's text (scrubbed)."""
     if exc is not None:
         # The exception and where it was raised (the innermost frames), for the operator.

@@ -49,6 +49,7 @@ from . import names
 from .context import RuntimeContext
 from .control import wake_stopped
 from .entry import ACTIVE_STATUSES
+from .records import STASH_KEY, RepairRecord
 from .submit import wake_answered
 
 __all__ = ["Repair", "heal", "heal_forever"]
@@ -67,7 +68,7 @@ class Repair:
     action: str
     """``started``, ``ended_cancelled``, ``ended_lost``, ``rewoken`` or ``cancelled``."""
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> RepairRecord:
         """The JSON form (camelCase)."""
         d = asdict(self)
         return {
@@ -237,7 +238,7 @@ async def _end(
 
     def end(s: SessionState, root: SessionState, at: int) -> None:
         stop_pending(s, root, at)
-        s.metadata.pop("entryInput", None)
+        s.metadata.pop(STASH_KEY, None)
         s.status = outcome  # type: ignore[assignment]
         s.error = error
 

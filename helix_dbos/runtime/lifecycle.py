@@ -56,8 +56,17 @@ from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names
 from .context import current
 from .entry import ACTIVE_STATUSES, unpaired_tool_calls
-from .once import exactly_once, step_connection
+from .once import FENCED, exactly_once, step_connection
 from .plan import plan_calls
+from .records import (
+    STASH_KEY,
+    FencedResult,
+    LifecycleApplied,
+    LifecycleRefused,
+    ModelStepResult,
+    ToolCallRef,
+    TurnOutcome,
+)
 from .resolve import resolve_call
 from .steps import _pending_entries, _start_events, tool_result_message
 from .turn import _Turn
@@ -119,13 +128,16 @@ def _drained(state: SessionState, live: list[LogRow]) -> list[Message]:
     for entry in sorted(state.pending.values(), key=lambda p: (p.run_id, p.index)):
         if entry.tool_call_id not in open_calls:
             continue
-        item = {"toolCallId": entry.tool_call_id, "toolName": entry.tool_name}
+        item: ToolCallRef = {"toolCallId": entry.tool_call_id, "toolName": entry.tool_name}
         resolved = resolve_call(item, entry.dump(), abandon=False)
-        if entry.submitted_at is None:
-            resolved = {**item, "ok": False, "errorCode": "not_executed"}
-        elif "runInput" in resolved:
-            # An approved call whose tool never ran: it was not executed.
-            resolved = {**item, "ok": False, "errorCode": "not_executed"}
+        if entry.submitted_at is None or "runInput" in resolved:
+            # Unanswered, or an approved call whose tool never ran: it was not executed.
+            resolved = {
+                "toolCallId": entry.tool_call_id,
+                "toolName": entry.tool_name,
+                "ok": False,
+                "errorCode": "not_executed",
+            }
         out.append(tool_result_message(resolved))
     return out
 
@@ -163,7 +175,7 @@ def plan_retry(
     live = [r for r in rows if r.rewound_at is None]
     failed = state.run_id or ""
     drained = _drained(state, live)
-    stash = state.metadata.get("entryInput") or {}
+    stash = state.metadata.get(STASH_KEY) or {}
     stashed = stash.get("message") if isinstance(stash, dict) else None
 
     def given(text: str) -> Message:
@@ -287,7 +299,7 @@ async def apply_lifecycle(
     message: str | None,
     checkpoint_id: str | None,
     workflow_id: str,
-) -> dict[str, Any]:
+) -> LifecycleApplied:
     """Decide and commit a retry or rewind in one transaction (exactly once).
 
     Returns ``{"ended", "committed"}``: ``committed`` is a restored batch in the shape of a
@@ -346,7 +358,7 @@ async def apply_lifecycle(
             s.completed.pop(tcid, None)
         for tcid in entries:
             s.ownership[tcid] = session_id
-        s.metadata.pop("entryInput", None)
+        s.metadata.pop(STASH_KEY, None)
         s.error = None
         s.run_id = run_id
         s.workflow_id = workflow_id
@@ -369,7 +381,7 @@ async def apply_lifecycle(
     if entries:
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
-    committed = None
+    committed: ModelStepResult | None = None
     if plan.batch:
         last = next(m for m in reversed(plan.desired) if isinstance(m, LogRow))
         response = LLMResponse(text=last.message.content, tool_calls=plan.batch)
@@ -385,11 +397,11 @@ async def apply_lifecycle(
 class _RestoredTurn(_Turn):
     """A turn whose first step is a restored batch: no model call, no invented result."""
 
-    def __init__(self, *args: Any, committed: dict[str, Any] | None) -> None:
+    def __init__(self, *args: Any, committed: ModelStepResult | None) -> None:
         super().__init__(*args)
         self.committed = committed
 
-    async def _model(self, step: int) -> dict[str, Any]:
+    async def _model(self, step: int) -> ModelStepResult | FencedResult:
         if step == 0 and self.committed is not None:
             return self.committed
         return await super()._model(step)
@@ -408,7 +420,7 @@ def _signal(workflow_id: str, outcome: Any) -> None:
 @DBOS.workflow(name=names.LIFECYCLE_WORKFLOW)
 async def run_lifecycle(
     session_id: str, run_id: str, op: Op, message: str | None, checkpoint_id: str | None
-) -> dict[str, Any]:
+) -> TurnOutcome | LifecycleRefused:
     """Apply a retry or rewind, then run the turn it starts (if the conversation goes on)."""
     workflow_id = DBOS.workflow_id or ""
     try:
@@ -417,6 +429,8 @@ async def run_lifecycle(
         _signal(workflow_id, exc)
         return {"outcome": "refused", "error": {"code": exc.code, "message": exc.message}}
     _signal(workflow_id, applied)
+    # Never fenced: the step has no guard (it refuses typed instead).
+    assert FENCED not in applied
     if applied["ended"]:
         return {"outcome": "completed", "text": "", "output": None, "error": None, "runId": run_id}
     state = await current().store.get(session_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 from dbos import DBOS
 from sqlalchemy.exc import IntegrityError
@@ -27,14 +27,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..store.store import PENDING_CLEAR_ATTEMPTS, Fenced
 from .context import current
+from .records import FENCED_KEY, CheckpointKind, FencedResult
 
 __all__ = ["FENCED", "commit_once", "exactly_once", "marker", "recorded", "step_connection"]
 
 R = TypeVar("R")
 P = ParamSpec("P")
 
-FENCED = "fenced"
-"""The key of a step result whose commit was fenced: ``{"fenced": <reason>}``."""
+FENCED: Final = FENCED_KEY
+"""The key of a step result whose commit was fenced: ``{"fenced": <reason>}``
+(``records.FencedResult``)."""
 
 
 async def step_connection() -> AsyncConnection:
@@ -44,7 +46,7 @@ async def step_connection() -> AsyncConnection:
     return conn
 
 
-def marker(kind: str) -> str:
+def marker(kind: CheckpointKind) -> str:
     """The checkpoint id of this step's writes: its slot in its workflow (replay-stable)."""
     return f"{DBOS.workflow_id}:{DBOS.step_id}:{kind}"
 
@@ -132,15 +134,15 @@ def _session_ids(arguments: dict[str, Any], session_param: str) -> list[str]:
 
 def exactly_once(
     name: str,
-    kind: str,
+    kind: CheckpointKind,
     *,
     session_param: str = "session_id",
     run_param: str = "run_id",
     retry_event: str | None = None,
     failed_event: str | None = None,
 ) -> Callable[
-    [Callable[P, Coroutine[Any, Any, dict[str, Any]]]],
-    Callable[P, Coroutine[Any, Any, dict[str, Any]]],
+    [Callable[P, Coroutine[Any, Any, R]]],
+    Callable[P, Coroutine[Any, Any, R | FencedResult]],
 ]:
     """Make ``fn`` a DBOS step named ``name`` whose writes commit exactly once.
 
@@ -150,12 +152,12 @@ def exactly_once(
     """
 
     def wrap(
-        fn: Callable[P, Coroutine[Any, Any, dict[str, Any]]],
-    ) -> Callable[P, Coroutine[Any, Any, dict[str, Any]]]:
+        fn: Callable[P, Coroutine[Any, Any, R]],
+    ) -> Callable[P, Coroutine[Any, Any, R | FencedResult]]:
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)
-        async def run(*args: P.args, **kwargs: P.kwargs) -> dict[str, Any]:
+        async def run(*args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
             bound = signature.bind(*args, **kwargs).arguments
             try:
                 return await commit_once(

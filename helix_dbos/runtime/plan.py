@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from pydantic import ValidationError
 
 from ..core.agents import Agent
 from ..core.messages import ToolCall
+from .records import PlanItem, PlanKind
 
 __all__ = ["SUSPENDING_KINDS", "plan_calls"]
 
@@ -15,38 +16,39 @@ __all__ = ["SUSPENDING_KINDS", "plan_calls"]
 SUSPENDING_KINDS = ("client", "approval")
 
 
-def plan_calls(agent: Agent, calls: list[ToolCall]) -> list[dict[str, Any]]:
+def plan_calls(agent: Agent, calls: list[ToolCall]) -> list[PlanItem]:
     """Each call in the model's order, with its ``kind``: ``server``, ``client``, ``approval``,
     ``subagent``, or ``invalid`` (unknown tool or bad arguments: it never runs and the model
     gets a failed result). Suspending calls carry their deadline in ``timeoutSeconds``."""
-    plan: list[dict[str, Any]] = []
-    for index, call in enumerate(calls):
-        item: dict[str, Any] = {
+    return [_plan_call(agent, index, call) for index, call in enumerate(calls)]
+
+
+def _plan_call(agent: Agent, index: int, call: ToolCall) -> PlanItem:
+    def item(kind: PlanKind) -> PlanItem:
+        return {
             "toolCallId": call.id,
             "toolName": call.name,
             "input": call.input,
             "index": index,
+            "kind": kind,
         }
-        tool = agent.tool(call.name)
-        if tool is None:
-            item.update(kind="invalid", error=f"Unknown tool {call.name!r}")
-        else:
-            try:
-                tool.input_model.model_validate(call.input)
-            except ValidationError as exc:
-                item.update(
-                    kind="invalid",
-                    error=f"Invalid arguments for {call.name!r}: "
-                    f"{exc.errors(include_url=False, include_context=False)}",
-                )
-            else:
-                if tool.execution == "subagent":
-                    item.update(kind="subagent", subagent=tool.subagent)
-                elif tool.execution == "client":
-                    item.update(kind="client", timeoutSeconds=agent.deadline_seconds(tool))
-                elif tool.require_approval:
-                    item.update(kind="approval", timeoutSeconds=agent.deadline_seconds(tool))
-                else:
-                    item.update(kind="server")
-        plan.append(item)
-    return plan
+
+    tool = agent.tool(call.name)
+    if tool is None:
+        return {**item("invalid"), "error": f"Unknown tool {call.name!r}"}
+    try:
+        tool.input_model.model_validate(call.input)
+    except ValidationError as exc:
+        return {
+            **item("invalid"),
+            "error": f"Invalid arguments for {call.name!r}: "
+            f"{exc.errors(include_url=False, include_context=False)}",
+        }
+    if tool.execution == "subagent":
+        # ``subagent_tool`` always names the child's agent type.
+        return {**item("subagent"), "subagent": cast(str, tool.subagent)}
+    if tool.execution == "client":
+        return {**item("client"), "timeoutSeconds": agent.deadline_seconds(tool)}
+    if tool.require_approval:
+        return {**item("approval"), "timeoutSeconds": agent.deadline_seconds(tool)}
+    return item("server")

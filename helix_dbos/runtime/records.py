@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 __all__ = [
     "CHECKPOINT_KINDS",
+    "FENCED_KEY",
     "MESSAGE_KINDS",
     "PLAN_KINDS",
     "RUN_ID_PREFIX",
@@ -25,19 +26,27 @@ __all__ = [
     "STASH_KEY",
     "CheckpointKind",
     "CheckpointState",
+    "ChildStarted",
     "CollectedAnswers",
     "CommittedResults",
     "EntryStash",
+    "FencedResult",
+    "FinishResult",
+    "LifecycleApplied",
+    "LifecycleRefused",
     "MessageKind",
     "ModelStepResult",
     "PlanItem",
     "PlanKind",
+    "RepairRecord",
     "ServerToolResult",
+    "ToolCallRef",
     "ToolResult",
     "TurnError",
     "TurnMessage",
     "TurnOutcome",
     "TurnSummary",
+    "WokenAnswers",
     "child_run_id",
     "new_run_id",
     "new_session_id",
@@ -68,9 +77,15 @@ def child_run_id(tool_call_id: str) -> str:
 
 # -- checkpoints ------------------------------------------------------------------------------
 
-CheckpointKind = Literal["model", "results", "finish", "start_child"]
+CheckpointKind = Literal["model", "results", "finish", "start_child", "lifecycle"]
 """The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
-CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = ("model", "results", "finish", "start_child")
+CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
+    "model",
+    "results",
+    "finish",
+    "start_child",
+    "lifecycle",
+)
 
 
 class CheckpointState(TypedDict):
@@ -79,11 +94,30 @@ class CheckpointState(TypedDict):
     result: Any
 
 
+FENCED_KEY: Final = "fenced"
+"""The one key of a fenced step's result (``once.FENCED``)."""
+
+
+class FencedResult(TypedDict):
+    """What an exactly-once step records when its run was stopped or superseded: it wrote
+    nothing, and the turn ends at once (``turn._check_fence``)."""
+
+    fenced: str
+    """Why (``Fenced.reason``)."""
+
+
 # -- the model step ---------------------------------------------------------------------------
 
 PlanKind = Literal["server", "client", "approval", "subagent", "invalid"]
 """Where a tool call runs (``plan.py``); ``client`` and ``approval`` suspend the turn."""
 PLAN_KINDS: Final[tuple[PlanKind, ...]] = ("server", "client", "approval", "subagent", "invalid")
+
+
+class ToolCallRef(TypedDict):
+    """The two keys every per-call record starts with (a ``PlanItem`` or ``ToolResult`` is one)."""
+
+    toolCallId: str
+    toolName: str
 
 
 class PlanItem(TypedDict):
@@ -131,6 +165,8 @@ class ToolResult(TypedDict):
     """One call's result, as committed (``helix.turn.commit_results``) and shown to the model.
 
     Suspended calls (``suspended: True``) also carry how their wait ended (``resolve.py``).
+    An approved approval resolves to ``runInput`` first (and no ``ok``): the tool then runs
+    with it, and its ``ServerToolResult`` completes the result before anything is committed.
     """
 
     toolCallId: str
@@ -145,6 +181,11 @@ class ToolResult(TypedDict):
     deadlineAt: NotRequired[int]
     runInput: NotRequired[dict[str, Any]]
     """An approved approval's input, before its tool runs (never committed)."""
+
+
+WokenAnswers = dict[str, int]
+"""``toolCallId -> submittedAt`` (epoch ms) of the calls a parked turn was woken for with an
+answer; ``collect_answers`` and ``commit_results`` take it, so the recorded call holds it."""
 
 
 class CollectedAnswers(TypedDict):
@@ -187,13 +228,61 @@ class TurnError(TypedDict):
 
 
 class TurnOutcome(TypedDict):
-    """The turn workflow's result; a parent reads its sub-agent's as the tool result."""
+    """The turn workflow's result; a parent reads its sub-agent's as the tool result.
 
-    outcome: Literal["completed", "failed"]
+    ``stopped``: a step found the run stopped or superseded and the turn ended writing nothing.
+    """
+
+    outcome: Literal["completed", "failed", "stopped"]
     text: str
     output: Any
     error: TurnError | None
     runId: str
+
+
+class FinishResult(TypedDict):
+    """What ``helix.turn.finish`` records: how the turn ended and its running totals."""
+
+    outcome: str
+    summary: TurnSummary
+
+
+class ChildStarted(TypedDict):
+    """What ``helix.turn.start_child`` records: the sub-agent's session, created."""
+
+    sessionId: str
+
+
+# -- retry and rewind ---------------------------------------------------------------------------
+
+
+class LifecycleApplied(TypedDict):
+    """What ``helix.lifecycle.apply`` records: a retry or rewind, committed."""
+
+    ended: bool
+    """The restored conversation needs no turn (it ends with the model's reply)."""
+    committed: ModelStepResult | None
+    """A restored batch in the model step's shape: the turn starts from it."""
+    agentType: str
+
+
+class LifecycleRefused(TypedDict):
+    """The lifecycle workflow's result when its step refused (nothing was written)."""
+
+    outcome: Literal["refused"]
+    error: TurnError
+
+
+# -- the reconciler -----------------------------------------------------------------------------
+
+
+class RepairRecord(TypedDict):
+    """One repair of the reconciler (``heal.Repair.dump``), as ``helix-dbos heal`` prints it."""
+
+    sessionId: str
+    workflowId: str | None
+    workflowStatus: str | None
+    action: str
 
 
 # -- messages to a parked turn and the entry stash ----------------------------------------------
@@ -210,6 +299,8 @@ class TurnMessage(TypedDict):
     kind: MessageKind
     toolCallId: NotRequired[str]
     """``answer`` only."""
+    submittedAt: NotRequired[int]
+    """``answer`` only: when the answer was stored (the woken turn waits until it sees it)."""
 
 
 STASH_KEY: Final = "entryInput"

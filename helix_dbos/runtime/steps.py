@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from dbos import DBOS
 from pydantic import BaseModel, ValidationError
@@ -38,6 +38,21 @@ from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
 from .once import FENCED, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
+from .records import (
+    STASH_KEY,
+    CollectedAnswers,
+    CommittedResults,
+    EntryStash,
+    FencedResult,
+    FinishResult,
+    ModelStepResult,
+    PlanItem,
+    ServerToolResult,
+    ToolResult,
+    TurnError,
+    TurnSummary,
+    WokenAnswers,
+)
 from .resolve import resolve_call
 
 __all__ = [
@@ -79,8 +94,8 @@ async def model_step(
     run_id: str,
     agent_type: str,
     step: int,
-    summary: dict[str, Any],
-) -> dict[str, Any]:
+    summary: TurnSummary,
+) -> ModelStepResult | FencedResult:
     """Call the model on the session's conversation and commit its answer, exactly once.
 
     The commit (see ``_commit_model``) appends the assistant message and registers the
@@ -115,8 +130,8 @@ async def model_step(
     # What is still buffered is written by the step's own commit (no transaction of its own).
     last_delta = deltas.take()
     plan = plan_calls(agent, response.tool_calls)
-    model = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
-    final_summary = None
+    model: dict[str, Any] = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
+    final_summary: TurnSummary | None = None
     if not response.tool_calls:
         final_summary = {
             **summary,
@@ -126,7 +141,7 @@ async def model_step(
         }
     retention_ms = int(agent.completed_tombstone_retention * 1000)
 
-    async def commit() -> dict[str, Any]:
+    async def commit() -> ModelStepResult:
         committed = await _commit_model(
             session_id,
             root_session_id,
@@ -138,7 +153,12 @@ async def model_step(
             final_summary,
             last_delta,
         )
-        return {**model, "plan": plan, "deadlines": committed["deadlines"]}
+        return {
+            "response": model["response"],
+            "llm": model["llm"],
+            "plan": plan,
+            "deadlines": committed["deadlines"],
+        }
 
     try:
         committed = await commit_once(
@@ -168,9 +188,9 @@ async def model_step(
 def _log_model_commit(
     session_id: str,
     run_id: str,
-    plan: list[dict[str, Any]],
+    plan: list[PlanItem],
     deadlines: dict[str, int],
-    final_summary: dict[str, Any] | None,
+    final_summary: TurnSummary | None,
 ) -> None:
     """The log lines of a committed model answer (after the commit: a retried transaction
     must not log twice)."""
@@ -195,7 +215,7 @@ def _log_model_commit(
 
 
 def _pending_entries(
-    plan: list[dict[str, Any]], run_id: str, at_ms: int, retention_ms: int
+    plan: list[PlanItem], run_id: str, at_ms: int, retention_ms: int
 ) -> dict[str, PendingCall]:
     entries: dict[str, PendingCall] = {}
     for item in plan:
@@ -220,9 +240,7 @@ def _pending_entries(
     return entries
 
 
-def _start_events(
-    plan: list[dict[str, Any]], entries: dict[str, PendingCall]
-) -> list[dict[str, Any]]:
+def _start_events(plan: list[PlanItem], entries: dict[str, PendingCall]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for item in plan:
         entry = entries.get(item["toolCallId"])
@@ -253,9 +271,9 @@ async def _commit_model(
     run_id: str,
     step: int,
     model: dict[str, Any],
-    plan: list[dict[str, Any]],
+    plan: list[PlanItem],
     retention_ms: int,
-    final_summary: dict[str, Any] | None = None,
+    final_summary: TurnSummary | None = None,
     last_delta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Commit the assistant message, its events and usage, and register suspending calls.
@@ -337,7 +355,7 @@ def _jsonable(value: Any) -> Any:
 @DBOS.step(name=names.SERVER_TOOL_STEP)
 async def run_server_tool(
     agent_type: str, tool_name: str, tool_input: dict[str, Any]
-) -> dict[str, Any]:
+) -> ServerToolResult:
     """Run a server tool; a tool's own failure is a failed tool result, not a failed turn."""
     tool = current().registry.get(agent_type).tool(tool_name)
     if tool is None or tool.function is None:
@@ -371,8 +389,8 @@ async def run_server_tool(
 
 @DBOS.step(name=names.COLLECT_ANSWERS_STEP)
 async def collect_answers(
-    session_id: str, run_id: str, tool_call_ids: list[str], woken: dict[str, int] | None = None
-) -> dict[str, Any]:
+    session_id: str, run_id: str, tool_call_ids: list[str], woken: WokenAnswers | None = None
+) -> CollectedAnswers:
     """Read the stored answers of a batch (and whether a new message abandons the rest).
 
     ``woken`` maps the calls the turn was woken for with an answer to that answer's time: the
@@ -380,12 +398,12 @@ async def collect_answers(
     """
     store = current().store
 
-    async def read(conn: Any) -> dict[str, Any]:
+    async def read(conn: Any) -> CollectedAnswers:
         state = await store.get(session_id, conn)
         await_visible(state, woken or {}, now_ms())
-        stash = state.metadata.get("entryInput")
+        stash: EntryStash | None = state.metadata.get(STASH_KEY)
         abandon = bool(stash and stash.get("abandonPending"))
-        answers: dict[str, Any] = {}
+        answers: dict[str, dict[str, Any] | None] = {}
         for tcid in tool_call_ids:
             entry = state.pending.get(tcid)
             answers[tcid] = entry.dump() if entry is not None and entry.run_id == run_id else None
@@ -394,7 +412,7 @@ async def collect_answers(
     return await store.transact(read)
 
 
-def await_visible(owner: SessionState, woken: dict[str, int], at: int) -> None:
+def await_visible(owner: SessionState, woken: WokenAnswers, at: int) -> None:
     """Retry the transaction while a call the turn was woken for shows no stored answer.
 
     A wake-up may land before its answer is visible to this transaction; resolving the call
@@ -412,7 +430,7 @@ def await_visible(owner: SessionState, woken: dict[str, int], at: int) -> None:
             raise RetryTransaction(f"the answer to {tcid} is not visible yet")
 
 
-def tool_result_message(result: dict[str, Any]) -> Message:
+def tool_result_message(result: ToolResult) -> Message:
     """The tool message the model reads for one call's outcome."""
     if result.get("ok"):
         value = result.get("result")
@@ -446,10 +464,10 @@ async def commit_results(
     root_session_id: str,
     run_id: str,
     next_run: str,
-    plan: list[dict[str, Any]],
-    given: dict[str, dict[str, Any]],
-    woken: dict[str, int] | None = None,
-) -> dict[str, Any]:
+    plan: list[PlanItem],
+    given: dict[str, ToolResult],
+    woken: WokenAnswers | None = None,
+) -> CommittedResults:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
     ``given`` holds the results already known (server tools, sub-agents, resolved approvals);
@@ -470,11 +488,11 @@ async def commit_results(
     suspending = [item for item in plan if item["kind"] in SUSPENDING_KINDS]
     ids = [item["toolCallId"] for item in suspending]
 
-    def settle(states: dict[str, SessionState]) -> tuple[list[dict[str, Any]], Any]:
+    def settle(states: dict[str, SessionState]) -> tuple[list[ToolResult], EntryStash | None]:
         owner, root = states[session_id], states[root_session_id]
         guard(owner, run_id, ACTIVE_STATUSES)
         await_visible(owner, woken or {}, at)
-        stash = owner.metadata.pop("entryInput", None)
+        stash: EntryStash | None = owner.metadata.pop(STASH_KEY, None)
         abandon = bool(stash and stash.get("abandonPending"))
         resolved = dict(given)
         for item in suspending:
@@ -520,7 +538,7 @@ async def commit_results(
     await ctx.store.append_messages(session_id, run_id, new_messages, conn)
     usage_rows: list[dict[str, Any]] = []
     for r in suspended:
-        common = {
+        common: dict[str, Any] = {
             "session_id": session_id,
             "run_id": run_id,
             "tool_call_id": r["toolCallId"],
@@ -548,7 +566,7 @@ async def commit_results(
     return {"results": results, "stashedMessage": bool(stash and stash.get("message"))}
 
 
-def log_settled(session_id: str, run_id: str, results: list[dict[str, Any]]) -> None:
+def log_settled(session_id: str, run_id: str, results: list[ToolResult]) -> None:
     """The log lines of committed results (after the commit: a retried transaction must not
     log twice)."""
     for r in results:
@@ -576,16 +594,16 @@ def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
 # -- the end of a turn ----------------------------------------------------------------------
 
 
-def _end(status: str, error: dict[str, Any] | None) -> Callable[[dict[str, SessionState]], None]:
+def _end(status: str, error: TurnError | None) -> Callable[[dict[str, SessionState]], None]:
     """A mutation that ends a session's turn with ``status``."""
 
     def end(states: dict[str, SessionState]) -> None:
         for state in states.values():
             state.status = status  # type: ignore[assignment]
-            state.error = error
+            state.error = cast("dict[str, Any] | None", error)  # a TurnError is a plain dict
             if status != "failed":
                 # A failed turn keeps a stashed message: a retry drains it (never lost).
-                state.metadata.pop("entryInput", None)
+                state.metadata.pop(STASH_KEY, None)
 
     return end
 
@@ -596,10 +614,10 @@ async def finish_turn(
     run_id: str,
     outcome: str,
     text: str,
-    error: dict[str, Any] | None,
-    summary: dict[str, Any],
+    error: TurnError | None,
+    summary: TurnSummary,
     root_session_id: str | None = None,
-) -> dict[str, Any]:
+) -> FinishResult:
     """Record the turn's end: status, error and the ``turn_end`` event.
 
     A turn that ends with calls still pending (it failed while they waited) clears them and

@@ -36,6 +36,7 @@ from ..store.store import NoChange, RetryTransaction, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
+from .records import TurnMessage
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [
@@ -406,7 +407,7 @@ async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCal
     )
 
 
-def _answer_message(tool_call_id: str, submitted_at: int) -> dict[str, Any]:
+def _answer_message(tool_call_id: str, submitted_at: int) -> TurnMessage:
     """The wake-up of an answer (a recv message kind of the durable contract)."""
     return {"kind": "answer", "toolCallId": tool_call_id, "submittedAt": submitted_at}
 

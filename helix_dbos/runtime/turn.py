@@ -25,7 +25,7 @@ until the database is back, it never fails because of one.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal, TypeVar, cast
 
 from dbos import DBOS, SetWorkflowID
 from dbos import error as dbos_error
@@ -42,15 +42,33 @@ from .entry import start_child_session
 from .failure import internal_error, turn_error
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
+from .records import (
+    FencedResult,
+    ModelStepResult,
+    PlanItem,
+    ServerToolResult,
+    ToolCallRef,
+    ToolResult,
+    TurnError,
+    TurnOutcome,
+    TurnSummary,
+    WokenAnswers,
+    child_run_id,
+)
 from .resolve import resolve_call
 
 __all__ = ["run_turn"]
+
+R = TypeVar("R")
+
+Ending = Literal["completed", "failed"]
+"""How a turn that was not stopped ends."""
 
 
 @DBOS.workflow(name=names.TURN_WORKFLOW)
 async def run_turn(
     session_id: str, turn_id: str, agent_type: str, root_session_id: str
-) -> dict[str, Any]:
+) -> TurnOutcome:
     """Run one turn of ``session_id`` (its entry message is already committed)."""
     with patience(None):
         return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
@@ -69,7 +87,7 @@ class _Turn:
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
         self.run_id = turn_id
-        self.summary: dict[str, Any] = {
+        self.summary: TurnSummary = {
             "steps": 0,
             "clientCalls": 0,
             "waitMs": 0,
@@ -77,7 +95,7 @@ class _Turn:
             "outputTokens": 0,
         }
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> TurnOutcome:
         try:
             try:
                 for step in range(self.agent.max_steps):
@@ -101,9 +119,7 @@ class _Turn:
         except _Stopped:
             return _outcome("stopped", "", None, None, self.run_id)
 
-    def _error(
-        self, exc: BaseException | None, code: str, retryable: bool = False
-    ) -> dict[str, Any]:
+    def _error(self, exc: BaseException | None, code: str, retryable: bool = False) -> TurnError:
         return turn_error(
             exc,
             code,
@@ -113,7 +129,7 @@ class _Turn:
             scrubber=current().scrubber,  # type: ignore[arg-type]
         )
 
-    async def _fail(self, exc: HelixError, cause: BaseException) -> dict[str, Any]:
+    async def _fail(self, exc: HelixError, cause: BaseException) -> TurnOutcome:
         usage = exc.details.pop("modelUsage", None)
         if usage is not None:
             self.summary["steps"] += 1
@@ -121,7 +137,7 @@ class _Turn:
             self.summary["outputTokens"] += usage.get("output_tokens", 0)
         return await self._finish("failed", "", self._error(cause, exc.code, exc.retryable))
 
-    async def _model(self, step: int) -> dict[str, Any]:
+    async def _model(self, step: int) -> ModelStepResult | FencedResult:
         """The step's committed model answer (a subclass may start from a restored one)."""
         return await steps.model_step(
             self.session_id,
@@ -132,11 +148,10 @@ class _Turn:
             self.summary,
         )
 
-    async def _step(self, step: int) -> dict[str, Any] | None:
-        committed = await self._model(step)
-        _check_fence(committed)
+    async def _step(self, step: int) -> TurnOutcome | None:
+        committed = _check_fence(await self._model(step))
         response = LLMResponse.model_validate(committed["response"])
-        plan: list[dict[str, Any]] = committed["plan"]
+        plan = committed["plan"]
         self.summary["steps"] += 1
         self.summary["inputTokens"] += response.usage.input_tokens
         self.summary["outputTokens"] += response.usage.output_tokens
@@ -144,24 +159,25 @@ class _Turn:
             # The final answer's commit also recorded the turn's end (one transaction).
             return _outcome("completed", response.text, None, None, self.run_id)
 
-        results: dict[str, dict[str, Any]] = {}
+        results: dict[str, ToolResult] = {}
         for item in plan:
             if item["kind"] == "invalid":
                 results[item["toolCallId"]] = {
-                    **_ids(item),
+                    "toolCallId": item["toolCallId"],
+                    "toolName": item["toolName"],
                     "ok": False,
                     "error": item["error"],
                     "errorCode": "validation_failed",
                 }
             elif item["kind"] == "server":
-                results[item["toolCallId"]] = {
-                    **_ids(item),
-                    **await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
-                }
+                results[item["toolCallId"]] = _completed(
+                    _ids(item),
+                    await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
+                )
             elif item["kind"] == "subagent":
-                results[item["toolCallId"]] = {**_ids(item), **await self._run_child(item)}
+                results[item["toolCallId"]] = _completed(_ids(item), await self._run_child(item))
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
-        woken: dict[str, int] = {}
+        woken: WokenAnswers = {}
         if suspending:
             self.summary["clientCalls"] += len(suspending)
             woken = await self._park(suspending, committed["deadlines"])
@@ -179,8 +195,7 @@ class _Turn:
         settled = await steps.commit_results(
             self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken
         )
-        _check_fence(settled)
-        ordered: list[dict[str, Any]] = settled["results"]
+        ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += sum(r.get("waitMs", 0) for r in ordered)
         self.run_id = next_run
@@ -190,9 +205,7 @@ class _Turn:
                 return await self._finish("completed", "", None, output=result.get("result"))
         return None
 
-    async def _park(
-        self, suspending: list[dict[str, Any]], deadlines: dict[str, int]
-    ) -> dict[str, int]:
+    async def _park(self, suspending: list[PlanItem], deadlines: dict[str, int]) -> WokenAnswers:
         """Wait until every call has an answer or its deadline has lapsed (or a new message,
         or a stop).
 
@@ -202,7 +215,7 @@ class _Turn:
         ctx = current()
         workflow_id = DBOS.workflow_id or ""
         ctx.parked.add(workflow_id)
-        woken: dict[str, int] = {}
+        woken: WokenAnswers = {}
         try:
             for item in suspending:
                 # The clock only sizes the wait; DBOS records the absolute wake time.
@@ -230,20 +243,21 @@ class _Turn:
         return woken
 
     async def _resolve(
-        self, item: dict[str, Any], entry: dict[str, Any] | None, abandon: bool
-    ) -> dict[str, Any]:
+        self, item: PlanItem, entry: dict[str, Any] | None, abandon: bool
+    ) -> ToolResult:
         """A suspended call's result; an approved approval runs its tool (a recorded step)."""
         result = resolve_call(item, entry, abandon)
         run_input = result.pop("runInput", None)
         if run_input is not None:
-            result.update(await steps.run_server_tool(self.agent_type, item["toolName"], run_input))
+            ran = await steps.run_server_tool(self.agent_type, item["toolName"], run_input)
+            result = _completed(result, ran)
         return result
 
-    async def _run_child(self, item: dict[str, Any]) -> dict[str, Any]:
+    async def _run_child(self, item: PlanItem) -> ServerToolResult:
         """Run a sub-agent as a child workflow with its own session; its reply is the result."""
         child_agent = item["subagent"]
         child_session = names.child_session_id(self.session_id, item["toolCallId"])
-        child_turn = f"run_{item['toolCallId']}"
+        child_turn = child_run_id(item["toolCallId"])
         started = await start_child_session(
             child_session,
             child_turn,
@@ -259,7 +273,7 @@ class _Turn:
                 run_turn, child_session, child_turn, child_agent, self.root_session_id
             )
         try:
-            outcome: dict[str, Any] = await handle.get_result()
+            outcome: TurnOutcome = await handle.get_result()
         except dbos_error.DBOSAwaitedWorkflowCancelledError:
             # The child alone was interrupted or aborted: the parent reads a failed result and
             # goes on. (When the parent is stopped too, its next step refuses to run.) DBOS
@@ -274,7 +288,7 @@ class _Turn:
                 "ok": True,
                 "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
             }
-        error = outcome.get("error") or {}
+        error: TurnError | dict[str, Any] = outcome.get("error") or {}
         return {
             "ok": False,
             "error": f"The sub-agent failed: {error.get('message', '')}",
@@ -282,12 +296,19 @@ class _Turn:
         }
 
     async def _finish(
-        self, outcome: str, text: str, error: dict[str, Any] | None, output: Any = None
-    ) -> dict[str, Any]:
-        finished = await steps.finish_turn(
-            self.session_id, self.run_id, outcome, text, error, self.summary, self.root_session_id
+        self, outcome: Ending, text: str, error: TurnError | None, output: Any = None
+    ) -> TurnOutcome:
+        _check_fence(
+            await steps.finish_turn(
+                self.session_id,
+                self.run_id,
+                outcome,
+                text,
+                error,
+                self.summary,
+                self.root_session_id,
+            )
         )
-        _check_fence(finished)
         log_event(
             "turn.summary",
             sessionId=self.session_id,
@@ -298,19 +319,30 @@ class _Turn:
         return _outcome(outcome, text, output, error, self.run_id)
 
 
-def _check_fence(committed: dict[str, Any] | None) -> None:
-    """End the turn when a step found its run stopped or superseded."""
+def _check_fence(committed: R | FencedResult) -> R:
+    """A step's result; ends the turn when the step found its run stopped or superseded."""
     # A step recorded by 0.1 (a replayed parked turn) may have returned None.
     if isinstance(committed, dict) and FENCED in committed:
         raise _Stopped(committed[FENCED])
+    return committed
 
 
 def _outcome(
-    outcome: str, text: str, output: Any, error: dict[str, Any] | None, run_id: str
-) -> dict[str, Any]:
+    outcome: Ending | Literal["stopped"],
+    text: str,
+    output: Any,
+    error: TurnError | None,
+    run_id: str,
+) -> TurnOutcome:
     """The workflow's result (a sub-agent's parent reads it as the tool result)."""
     return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
 
 
-def _ids(item: dict[str, Any]) -> dict[str, Any]:
+def _ids(item: ToolCallRef) -> ToolCallRef:
     return {"toolCallId": item["toolCallId"], "toolName": item["toolName"]}
+
+
+def _completed(result: ToolCallRef, ran: ServerToolResult) -> ToolResult:
+    """A call's result completed by what its tool (or sub-agent) returned, which wins."""
+    # The ids and the tool's ``ok`` make a ToolResult; TypedDict merging cannot say so.
+    return cast(ToolResult, {**result, **ran})

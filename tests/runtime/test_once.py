@@ -112,6 +112,6 @@ async def test_an_exactly_once_step_files_keyword_calls_like_positional_ones(
     assert (checkpoint["session_id"], checkpoint["run_id"]) == ("s", "r1")
 
 
-@exactly_once("helix.test.keyword_step", "keyword")
+@exactly_once("helix.test.keyword_step", "finish")
 async def _keyword_step(session_id: str, run_id: str, value: int) -> dict[str, int]:
     return {"value": value}

@@ -12,7 +12,7 @@ from typing import Any, get_args, get_type_hints
 
 import pytest
 
-from helix_dbos.runtime import names, plan, records
+from helix_dbos.runtime import names, once, plan, records
 
 
 def shape(typed: Any) -> dict[str, str]:
@@ -27,6 +27,8 @@ def shape(typed: Any) -> dict[str, str]:
 #: more; never edit an existing line without a migration story.
 PINNED: dict[Any, dict[str, str]] = {
     records.CheckpointState: {"result": "required"},
+    records.FencedResult: {"fenced": "required"},
+    records.ToolCallRef: {"toolCallId": "required", "toolName": "required"},
     records.PlanItem: {
         "toolCallId": "required",
         "toolName": "required",
@@ -79,7 +81,21 @@ PINNED: dict[Any, dict[str, str]] = {
         "error": "required",
         "runId": "required",
     },
-    records.TurnMessage: {"kind": "required", "toolCallId": "optional"},
+    records.FinishResult: {"outcome": "required", "summary": "required"},
+    records.ChildStarted: {"sessionId": "required"},
+    records.LifecycleApplied: {
+        "ended": "required",
+        "committed": "required",
+        "agentType": "required",
+    },
+    records.LifecycleRefused: {"outcome": "required", "error": "required"},
+    records.RepairRecord: {
+        "sessionId": "required",
+        "workflowId": "required",
+        "workflowStatus": "required",
+        "action": "required",
+    },
+    records.TurnMessage: {"kind": "required", "toolCallId": "optional", "submittedAt": "optional"},
     records.EntryStash: {"message": "required", "abandonPending": "required", "runId": "required"},
 }
 
@@ -104,7 +120,7 @@ def test_every_recorded_shape_is_pinned() -> None:
 
 def test_kinds_and_keys_are_pinned() -> None:
     """Checkpoint slot kinds, plan kinds, message kinds and the stash key never change."""
-    assert records.CHECKPOINT_KINDS == ("model", "results", "finish", "start_child")
+    assert records.CHECKPOINT_KINDS == ("model", "results", "finish", "start_child", "lifecycle")
     assert get_args(records.CheckpointKind) == records.CHECKPOINT_KINDS
     assert records.PLAN_KINDS == ("server", "client", "approval", "subagent", "invalid")
     assert get_args(records.PlanKind) == records.PLAN_KINDS
@@ -112,6 +128,13 @@ def test_kinds_and_keys_are_pinned() -> None:
     assert records.MESSAGE_KINDS == ("answer", "stop", "abandon")
     assert get_args(records.MessageKind) == records.MESSAGE_KINDS
     assert records.STASH_KEY == "entryInput"
+    assert records.FENCED_KEY == once.FENCED == "fenced"
+    assert get_args(get_type_hints(records.TurnOutcome)["outcome"]) == (
+        "completed",
+        "failed",
+        "stopped",
+    )
+    assert records.WokenAnswers == dict[str, int]
 
 
 def test_id_formats_are_pinned() -> None:
@@ -125,3 +148,25 @@ def test_id_formats_are_pinned() -> None:
 def test_contract_version() -> None:
     """The contract's version; a bump is a CHANGELOG.md entry."""
     assert names.CONTRACT_VERSION == "contract-1"
+
+
+def test_the_recorded_values_have_the_pinned_shapes() -> None:
+    """What the code builds matches the TypedDicts: a plan item, a resolved answer, a fenced
+    result, an answer's wake-up and a reconciler repair, key for key."""
+    from helix_dbos.core.messages import ToolCall
+    from helix_dbos.runtime.heal import Repair
+    from helix_dbos.runtime.resolve import resolve_call
+    from helix_dbos.runtime.submit import _answer_message
+
+    from .agents import editor_agent
+
+    call = ToolCall(id="call_1", name="edit", input={"text": "x"})
+    [item] = plan.plan_calls(editor_agent(), [call])
+    assert set(item) == {"toolCallId", "toolName", "input", "index", "kind", "timeoutSeconds"}
+    assert set(item) <= set(shape(records.PlanItem))
+    entry = {"deadlineAt": 2, "registeredAt": 1, "submittedAt": None, "kind": "client"}
+    resolved = resolve_call(item, entry, abandon=False)
+    assert set(resolved) <= set(shape(records.ToolResult))
+    assert set(_answer_message("call_1", 5)) == set(shape(records.TurnMessage))
+    repair = Repair("s", "wf", "PENDING", "rewoken").dump()
+    assert set(repair) == set(shape(records.RepairRecord))
