@@ -55,7 +55,8 @@ def script(request: LLMRequest) -> LLMResponse:
 
 AGENT = define_agent(
     "bench",
-    llm=ScriptedLLM(script),
+    # A real adapter keeps no conversation; neither does the benchmark's scripted model.
+    llm=ScriptedLLM(script, keep_requests=0),
     tools=[define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=600)],
 )
 

@@ -31,7 +31,6 @@ from dbos import DBOS, SetWorkflowID
 from dbos import error as dbos_error
 
 from ..core.agents import Agent
-from ..core.llm import LLMResponse
 from ..errors import HelixError
 from ..observability import tracing
 from ..observability.log import log_event
@@ -150,14 +149,18 @@ class _Turn:
 
     async def _step(self, step: int) -> TurnOutcome | None:
         committed = _check_fence(await self._model(step))
-        response = LLMResponse.model_validate(committed["response"])
-        plan = committed["plan"]
+        plan, deadlines = committed["plan"], committed["deadlines"]
+        # Read from the recorded JSON, not a model object: nothing of the response stays
+        # alive while the turn is parked (a parked turn's memory is its coroutine's locals).
+        response = committed["response"]
+        usage = response.get("usage") or {}
         self.summary["steps"] += 1
-        self.summary["inputTokens"] += response.usage.input_tokens
-        self.summary["outputTokens"] += response.usage.output_tokens
-        if not response.tool_calls:
+        self.summary["inputTokens"] += int(usage.get("input_tokens", 0))
+        self.summary["outputTokens"] += int(usage.get("output_tokens", 0))
+        if not response.get("tool_calls"):
             # The final answer's commit also recorded the turn's end (one transaction).
-            return _outcome("completed", response.text, None, None, self.run_id)
+            return _outcome("completed", str(response.get("text", "")), None, None, self.run_id)
+        del committed, response, usage
 
         results: dict[str, ToolResult] = {}
         for item in plan:
@@ -180,7 +183,7 @@ class _Turn:
         woken: WokenAnswers = {}
         if suspending:
             self.summary["clientCalls"] += len(suspending)
-            woken = await self._park(suspending, committed["deadlines"])
+            woken = await self._park(suspending, deadlines)
             if any(i["kind"] == "approval" for i in suspending):
                 # An approved call's tool runs before the results commit: read the answers
                 # first. Without approvals, the commit itself resolves them (one step fewer).

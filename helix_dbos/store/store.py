@@ -193,18 +193,27 @@ def guard(state: SessionState, run_id: str | None, statuses: Iterable[str]) -> N
         raise Fenced(state.session_id, "stopped" if state.status != "idle" else "idle")
 
 
-@contextmanager
-def patience(seconds: float | None) -> Iterator[None]:
+class _Patience:
+    # A plain class, not a generator context manager: every parked turn holds one open.
+    __slots__ = ("_flag", "_seconds", "_token")
+
+    def __init__(self, seconds: float | None) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> None:
+        self._token = _patience.set(self._seconds)
+        self._flag = _patience_set.set(True)
+
+    def __exit__(self, *_exc: object) -> None:
+        _patience.reset(self._token)
+        _patience_set.reset(self._flag)
+
+
+def patience(seconds: float | None) -> _Patience:
     """Within this block, store calls wait out database faults for ``seconds`` (``None``: for
     ever) before raising ``StoreUnavailableError``. Durable code waits for ever; requests use
     ``REQUEST_PATIENCE_SECONDS`` (the default outside any block)."""
-    token = _patience.set(seconds)
-    flag = _patience_set.set(True)
-    try:
-        yield
-    finally:
-        _patience.reset(token)
-        _patience_set.reset(flag)
+    return _Patience(seconds)
 
 
 def _current_patience() -> float | None:
