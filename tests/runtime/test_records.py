@@ -81,6 +81,9 @@ PINNED: dict[Any, dict[str, str]] = {
     },
     records.TurnMessage: {"kind": "required", "toolCallId": "optional"},
     records.EntryStash: {"message": "required", "abandonPending": "required", "runId": "required"},
+    records.PersistentMark: {"workflowId": "required", "since": "required"},
+    records.InboxMessage: {"kind": "required", "runId": "required"},
+    records.PersistentOutcome: {"turns": "required", "ended": "required", "lastRunId": "required"},
 }
 
 
@@ -112,6 +115,9 @@ def test_kinds_and_keys_are_pinned() -> None:
     assert records.MESSAGE_KINDS == ("answer", "stop", "abandon")
     assert get_args(records.MessageKind) == records.MESSAGE_KINDS
     assert records.STASH_KEY == "entryInput"
+    assert records.PERSISTENT_KEY == "persistent"
+    assert records.HIBERNATE_ACTIONS == ("continue", "hibernated", "released")
+    assert get_args(records.HibernateAction) == records.HIBERNATE_ACTIONS
 
 
 def test_id_formats_are_pinned() -> None:
