@@ -24,12 +24,13 @@ from tests.runtime.conftest import MakeRuntime
 from tests.runtime.persistent_agents import keeper_agent
 
 
-async def _workflow(workflow_id: str) -> Any:
+async def _workflow(workflow_id: str | None) -> Any:
+    assert workflow_id is not None
     [found] = await DBOS.list_workflows_async(workflow_ids=[workflow_id])
     return found
 
 
-async def _ended(workflow_id: str, timeout: float = 30.0) -> Any:
+async def _ended(workflow_id: str | None, timeout: float = 30.0) -> Any:
     """Wait for a workflow to leave PENDING; its status row."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -215,6 +216,7 @@ async def test_a_stale_mark_starts_a_new_workflow(make_runtime: MakeRuntime) -> 
     runtime = await make_runtime([keeper_agent()])
     first = await runtime.start("keeper", "hi")
     await runtime.wait(first.session_id)
+    assert first.workflow_id is not None
     await DBOS.cancel_workflow_async(first.workflow_id)
     nxt = await runtime.start("keeper", "again", session_id=first.session_id)
     assert nxt.delivery == "started" and nxt.workflow_id != first.workflow_id
