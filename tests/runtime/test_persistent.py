@@ -17,7 +17,8 @@ from dbos import DBOS
 
 from helix_dbos.core import define_agent
 from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
-from helix_dbos.llm.scripted import ScriptedLLM, reply
+from helix_dbos.core.llm import LLMRequest, LLMResponse
+from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names, records
 from helix_dbos.runtime.entry import open_turn
 from tests.runtime.conftest import MakeRuntime
@@ -268,3 +269,40 @@ async def test_messages_racing_hibernation_are_never_lost_or_doubled(
     assert {w.status for w in found} <= {"SUCCESS", "PENDING"}
     assert sum(1 for w in found if w.status == "PENDING") <= 1
     assert len(found) == deliveries.count("started")
+
+
+def _delegating(request: LLMRequest) -> LLMResponse:
+    """'delegate ...' asks the helper sub-agent; any other user message is echoed."""
+    last = request.messages[-1]
+    if last.role == "user":
+        if last.content.startswith("delegate"):
+            return call(request, ("subagent__helper", {"message": last.content}))
+        return reply(f"echo: {last.content}")
+    return reply(f"helper said: {last.content}")
+
+
+async def test_a_persistent_agent_runs_sub_agents_and_deadlines(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A sub-agent runs as a standard child turn of the persistent workflow; a client call's
+    deadline lapses as in a standard turn; the workflow takes the next message after each."""
+    helper = define_agent("helper", llm=ScriptedLLM(lambda r: reply("done it")))
+    boss = define_agent(
+        "boss", llm=ScriptedLLM(_delegating), subagents=[helper], persistent=True, idle_ttl=30
+    )
+    runtime = await make_runtime([boss, keeper_agent(timeout=1.0)])
+    first = await runtime.start("boss", "delegate the chores")
+    sid = first.session_id
+    assert (await runtime.wait(sid))["status"] == "completed"
+    assert (await _texts(runtime, sid))[-1].startswith("helper said: {\"text\": \"done it\"")
+    nxt = await runtime.start("boss", "thanks", session_id=sid)
+    assert nxt.delivery == "delivered"
+    await runtime.wait(sid)
+    assert (await _texts(runtime, sid))[-1] == "echo: thanks"
+
+    timed = await runtime.start("keeper", "1 edit")
+    assert (await runtime.wait(timed.session_id))["status"] == "completed"
+    assert (await _texts(runtime, timed.session_id))[-1] == "results: client_tool_timeout"
+    again = await runtime.start("keeper", "hi", session_id=timed.session_id)
+    assert again.delivery == "delivered"
+    await runtime.wait(timed.session_id)
