@@ -16,8 +16,8 @@ import pytest
 from dbos import DBOS
 
 from helix_dbos.core import define_agent
-from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
 from helix_dbos.core.llm import LLMRequest, LLMResponse
+from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names, records
 from helix_dbos.runtime.entry import open_turn
