@@ -294,7 +294,7 @@ async def test_a_persistent_agent_runs_sub_agents_and_deadlines(
     first = await runtime.start("boss", "delegate the chores")
     sid = first.session_id
     assert (await runtime.wait(sid))["status"] == "completed"
-    assert (await _texts(runtime, sid))[-1].startswith("helper said: {\"text\": \"done it\"")
+    assert (await _texts(runtime, sid))[-1].startswith('helper said: {"text": "done it"')
     nxt = await runtime.start("boss", "thanks", session_id=sid)
     assert nxt.delivery == "delivered"
     await runtime.wait(sid)
