@@ -12,12 +12,15 @@ import asyncio
 import random
 from typing import Any
 
+import httpx
 import pytest
 from dbos import DBOS
+from fastapi import FastAPI
 
 from helix_dbos.core import define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
+from helix_dbos.http import create_router
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names, records
 from helix_dbos.runtime.entry import open_turn
@@ -306,3 +309,23 @@ async def test_a_persistent_agent_runs_sub_agents_and_deadlines(
     again = await runtime.start("keeper", "hi", session_id=timed.session_id)
     assert again.delivery == "delivered"
     await runtime.wait(timed.session_id)
+
+
+async def test_start_over_http_answers_the_delivery(make_runtime: MakeRuntime) -> None:
+    """``POST /start`` to a persistent agent answers ``delivery``: started, then delivered."""
+    runtime = await make_runtime([keeper_agent()])
+    app = FastAPI()
+    app.include_router(create_router(runtime, allow_unauthenticated=True))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://helix") as client:
+        first = await client.post("/start", json={"agentType": "keeper", "message": "hi"})
+        assert first.status_code == 200, first.text
+        body = first.json()
+        assert set(body) == {"sessionId", "runId", "delivery"} and body["delivery"] == "started"
+        await runtime.wait(body["sessionId"])
+        again = await client.post(
+            "/start",
+            json={"agentType": "keeper", "message": "again", "sessionId": body["sessionId"]},
+        )
+        assert again.status_code == 200 and again.json()["delivery"] == "delivered"
+        await runtime.wait(body["sessionId"])
