@@ -51,7 +51,10 @@ class TurnHandle:
     async def result(self) -> Any:
         """Wait for the turn's workflow to end (in-process fast path); returns its outcome."""
         if self.workflow is None:
-            raise RuntimeError("This handle did not start a workflow in this process")
+            raise RuntimeError(
+                "This handle did not start a workflow in this process (a persistent session's "
+                "turns never do: wait with AgentRuntime.wait)"
+            )
         return await self.workflow.get_result()
 
     def dump(self) -> dict[str, Any]:
