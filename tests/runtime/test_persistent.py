@@ -17,6 +17,7 @@ import pytest
 from dbos import DBOS
 from fastapi import FastAPI
 
+from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
@@ -329,3 +330,53 @@ async def test_start_over_http_answers_the_delivery(make_runtime: MakeRuntime) -
         )
         assert again.status_code == 200 and again.json()["delivery"] == "delivered"
         await runtime.wait(body["sessionId"])
+
+
+async def _live_and_stop(url: str) -> tuple[str, str]:
+    """A process whose persistent session is live between turns, stopped cleanly (its
+    workflow stays PENDING on its inbox): (session, workflow)."""
+    runtime = AgentRuntime(
+        [keeper_agent()],
+        HelixSettings(database_url=url, executor_id="first", application_version="t"),
+    )
+    await runtime.launch()
+    try:
+        handle = await runtime.start("keeper", "hi")
+        await runtime.wait(handle.session_id)
+    finally:
+        await runtime.shutdown()
+    assert handle.workflow_id is not None
+    return handle.session_id, handle.workflow_id
+
+
+async def _deliver_to_the_gone(url: str, sid: str, workflow_id: str) -> None:
+    # A survivor whose own sweep would not come round for a long time: the delivery adopts.
+    survivor = AgentRuntime(
+        [keeper_agent()],
+        HelixSettings(
+            database_url=url,
+            executor_id="second",
+            application_version="t",
+            heartbeat_seconds=300,
+            adopt_after_seconds=600,
+        ),
+    )
+    await survivor.launch()
+    try:
+        assert survivor.fleet is not None
+        survivor.fleet._live = {}
+        handle = await survivor.start("keeper", "anyone there?", session_id=sid)
+        assert handle.delivery == "delivered" and handle.workflow_id == workflow_id
+        assert (await survivor.wait(sid, timeout=60))["status"] == "completed"
+        texts = [m.content for m in await survivor.messages(sid)]
+        assert texts == ["hi", "echo: hi", "anyone there?", "echo: anyone there?"]
+    finally:
+        await survivor.shutdown()
+
+
+@pytest.mark.slow
+def test_a_message_to_a_gone_executors_live_workflow_is_adopted(pg_url: str) -> None:
+    """The fleet: a message delivered to a live workflow whose process is gone adopts it at
+    once; the adopted workflow takes the message from its inbox."""
+    sid, workflow_id = asyncio.run(_live_and_stop(pg_url))
+    asyncio.run(_deliver_to_the_gone(pg_url, sid, workflow_id))
