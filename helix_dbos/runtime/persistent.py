@@ -117,6 +117,8 @@ async def _next_turn(
             ctx.parked.discard(workflow_id)
         if isinstance(message, dict) and message.get("kind") == "turn":
             return str(message["runId"]), "hibernated"
+        if message is not None:
+            continue  # not ours to read (a stray send): only an idle TTL hibernates
         action = await hibernate(session_id, workflow_id)
         if action != "continue":
             return None, action
