@@ -140,15 +140,19 @@ async def test_a_new_message_over_a_parked_call_is_drained_in_the_same_workflow(
     await runtime.wait(sid)
 
 
-async def test_an_interrupt_ends_the_persistent_workflow(make_runtime: MakeRuntime) -> None:
-    """Interrupting a persistent session's parked turn ends the session interrupted and its
-    workflow cancelled; a late submit answers run_stopped; the next message starts anew."""
+@pytest.mark.parametrize("stop", ["interrupt", "abort"])
+async def test_an_interrupt_ends_the_persistent_workflow(
+    make_runtime: MakeRuntime, stop: str
+) -> None:
+    """Interrupting (or aborting) a persistent session's parked turn ends the session
+    interrupted (failed) and its workflow cancelled; a late submit answers run_stopped; the
+    next message starts a new workflow."""
     runtime = await make_runtime([keeper_agent()])
     first = await runtime.start("keeper", "1 edit")
     sid = first.session_id
     [c] = await runtime.wait_for_pending(sid)
-    state = await runtime.interrupt(sid)
-    assert state.status == "interrupted"
+    state = await (runtime.interrupt(sid) if stop == "interrupt" else runtime.abort(sid))
+    assert state.status == ("interrupted" if stop == "interrupt" else "failed")
     assert records.PERSISTENT_KEY not in state.metadata
     assert (await _ended(first.workflow_id)).status == "CANCELLED"
     late = await runtime.submit_tool_result(sid, c["toolCallId"], result={"applied": 1})
