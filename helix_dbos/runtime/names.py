@@ -32,6 +32,7 @@ __all__ = [
     "persistent_workflow_id",
     "submit_idempotency_key",
     "tool_result_topic",
+    "turn_outcome_event",
     "turn_workflow_id",
 ]
 
@@ -97,6 +98,12 @@ def inbox_idempotency_key(run_id: str) -> str:
     """The ``DBOS.send`` key of the inbox message that hands a turn to a persistent
     workflow: ``<run>:inbox`` (one delivery per run)."""
     return f"{run_id}:inbox"
+
+
+def turn_outcome_event(run_id: str) -> str:
+    """The ``DBOS.set_event`` key under which a persistent workflow publishes the outcome of
+    the turn that started as ``run_id``: ``turn:<run>``."""
+    return f"turn:{run_id}"
 
 
 def tool_result_topic(tool_call_id: str) -> str:

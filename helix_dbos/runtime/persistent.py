@@ -51,6 +51,7 @@ from .wake import send_in_transaction, send_to_turn, wake_local
 __all__ = [
     "Delivery",
     "Entered",
+    "TurnResult",
     "deliver",
     "hibernate",
     "live_workflow",
@@ -82,7 +83,9 @@ async def run_persistent(
         workflow_id = DBOS.workflow_id or ""
         turns = 0
         while True:
-            await _Turn(session_id, run_id, agent_type, root_session_id).run()
+            outcome = await _Turn(session_id, run_id, agent_type, root_session_id).run()
+            # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
+            await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
             turns += 1
             following, ended = await _next_turn(session_id, workflow_id, agent_type)
             if following is None:
@@ -93,12 +96,12 @@ async def run_persistent(
                     ended=ended,
                     turns=turns,
                 )
-                outcome: records.PersistentOutcome = {
+                result: records.PersistentOutcome = {
                     "turns": turns,
                     "ended": ended,
                     "lastRunId": run_id,
                 }
-                return dict(outcome)
+                return dict(result)
             run_id = following
 
 
@@ -260,6 +263,35 @@ async def deliver(
         delivery=delivery,
     )
     return entered
+
+
+class TurnResult:
+    """Waits for one turn of a persistent workflow: ``get_result`` returns the turn's outcome
+    (as a standard turn's workflow result), published by the workflow under
+    ``names.turn_outcome_event``. A turn whose workflow ended without publishing it (an
+    interrupt or abort cancelled it) answers ``outcome: "stopped"``."""
+
+    def __init__(self, workflow_id: str, run_id: str) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+
+    async def get_result(self, poll_seconds: float = 5.0) -> dict[str, Any]:
+        key = names.turn_outcome_event(self.run_id)
+        while True:
+            outcome = await DBOS.get_event_async(self.workflow_id, key, poll_seconds)
+            if outcome is not None:
+                return dict(outcome)
+            if not await _still_running(current(), self.workflow_id):
+                outcome = await DBOS.get_event_async(self.workflow_id, key, 0)
+                if outcome is not None:
+                    return dict(outcome)
+                return {
+                    "outcome": "stopped",
+                    "text": "",
+                    "output": None,
+                    "error": None,
+                    "runId": self.run_id,
+                }
 
 
 async def start_persistent(state: SessionState, run_id: str, workflow_id: str) -> Any:

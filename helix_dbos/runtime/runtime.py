@@ -42,19 +42,17 @@ class TurnHandle:
     run_id: str
     workflow_id: str | None = None
     workflow: Any = field(default=None, compare=False, repr=False)
-    """In-process DBOS handle of the started turn, when this process started it (never for a
-    persistent session: its workflow outlives the turn; wait with ``AgentRuntime.wait``)."""
+    """In-process DBOS handle of the started turn, when this process started it; for a
+    persistent session, a ``persistent.TurnResult`` (its workflow outlives the turn)."""
     delivery: str | None = None
     """A persistent session only: ``started`` (a new workflow runs the turn) or
     ``delivered`` (the session's live workflow took it from its inbox)."""
 
     async def result(self) -> Any:
-        """Wait for the turn's workflow to end (in-process fast path); returns its outcome."""
+        """Wait for the turn to end; returns its outcome (the turn workflow's result; for a
+        persistent session, the outcome its workflow published for this turn)."""
         if self.workflow is None:
-            raise RuntimeError(
-                "This handle did not start a workflow in this process (a persistent session's "
-                "turns never do: wait with AgentRuntime.wait)"
-            )
+            raise RuntimeError("This handle did not start a workflow in this process")
         return await self.workflow.get_result()
 
     def dump(self) -> dict[str, Any]:
@@ -271,7 +269,13 @@ class AgentRuntime:
         if entered.delivery == "delivered" and self.fleet is not None:
             # The live workflow's process may be gone: adopt it now, not at the next sweep.
             await self.fleet.ensure_runner(session_id)
-        return TurnHandle(session_id, turn_id, entered.workflow_id, delivery=entered.delivery)
+        return TurnHandle(
+            session_id,
+            turn_id,
+            entered.workflow_id,
+            persistent.TurnResult(entered.workflow_id, turn_id),
+            delivery=entered.delivery,
+        )
 
     async def resume(
         self,

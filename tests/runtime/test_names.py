@@ -22,6 +22,7 @@ def test_durable_names_are_pinned() -> None:
     assert names.turn_workflow_id("s", "r") == "helix:s:r"
     assert names.persistent_workflow_id("s", "r") == "helix:s:persistent:r"
     assert names.inbox_idempotency_key("r") == "r:inbox"
+    assert names.turn_outcome_event("r") == "turn:r"
     assert names.tool_result_topic("tc") == "tc"
     assert names.submit_idempotency_key("r", "tc") == "r:tc"
     assert names.approval_id("r", "tc") == "r::tc"

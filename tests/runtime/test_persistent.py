@@ -76,6 +76,14 @@ async def test_turns_are_delivered_to_the_live_workflow_then_it_hibernates(
     second = await runtime.start("keeper", "again", session_id=sid)
     assert second.delivery == "delivered" and second.workflow_id == first.workflow_id
     assert second.run_id != first.run_id
+    # Each handle waits for its own turn, not for the long-lived workflow.
+    done = await second.result()
+    assert (done["outcome"], done["text"], done["runId"]) == (
+        "completed",
+        "echo: again",
+        second.run_id,
+    )
+    assert (await first.result())["text"] == "echo: hello"
     view = await runtime.wait(sid)
     assert view["status"] == "completed" and view["runId"] == second.run_id
     assert (await runtime.session(sid)).workflow_id == first.workflow_id
@@ -155,6 +163,7 @@ async def test_an_interrupt_ends_the_persistent_workflow(
     assert state.status == ("interrupted" if stop == "interrupt" else "failed")
     assert records.PERSISTENT_KEY not in state.metadata
     assert (await _ended(first.workflow_id)).status == "CANCELLED"
+    assert (await first.result())["outcome"] == "stopped"
     late = await runtime.submit_tool_result(sid, c["toolCallId"], result={"applied": 1})
     assert late.status == "unknown_tool_call" and late.reason == "run_stopped"
     nxt = await runtime.start("keeper", "back", session_id=sid)
