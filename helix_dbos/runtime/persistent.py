@@ -174,23 +174,33 @@ async def deliver(
             standard session; deliver over pending calls with ``resume(with_message)``).
     """
     store = ctx.store
+    # A mark naming a workflow that ended without hibernating (an operator cancelled it, say)
+    # is stale: such a workflow stays ended, so this is read before the transaction (DBOS's
+    # status is not ours to lock, and the row lock is not held across a query elsewhere).
+    seen = await store.load(session_id)
+    marked = live_workflow(seen) if seen is not None else None
+    stale = (
+        marked
+        if seen is not None
+        and marked is not None
+        and seen.status not in ACTIVE_STATUSES
+        and not await _still_running(ctx, marked)
+        else None
+    )
 
     async def body(conn: Any) -> tuple[SessionState, str, Delivery, str]:
         existing = await store.load(session_id, conn)
         live: str | None = None
         if existing is not None:
-            # Read the mark holding the row (FOR UPDATE on Postgres) until this transaction
-            # ends: a hibernation cannot slip between this read and the send below.
-            held, live = await store.update(
+            # Read the mark holding the row (FOR UPDATE on Postgres, the write lock on SQLite)
+            # until this transaction ends: a hibernation cannot slip in before the send below.
+            _, live = await store.update(
                 [session_id],
                 lambda states: _no_change(live_workflow(states[session_id])),
                 conn=conn,
             )
-            idle = held[session_id].status not in ACTIVE_STATUSES  # else open_turn refuses
-            if live is not None and idle and not await _still_running(ctx, live):
-                # Ended without hibernating (an operator cancelled it, say): start anew.
-                log_event("persistent.mark_stale", sessionId=session_id, workflowId=live)
-                live = None
+            if live is not None and live == stale:
+                live = None  # start a new workflow instead
         workflow_id = live or names.persistent_workflow_id(session_id, run_id)
         state = await open_turn(
             store,
@@ -239,6 +249,8 @@ async def deliver(
             f"Session {session_id!r} already has a turn running", sessionId=session_id
         ) from None
     entered = Entered(state, run_id, workflow_id, delivery)
+    if stale is not None and delivery == "started":
+        log_event("persistent.mark_stale", sessionId=session_id, workflowId=stale)
     if delivery == "delivered":
         if sent == "unavailable":
             inbox_late: records.InboxMessage = {"kind": "turn", "runId": run_id}
