@@ -15,6 +15,7 @@ from .tools import SUBAGENT_PREFIX, Tool
 
 __all__ = [
     "DEFAULT_CLIENT_TOOL_TIMEOUT",
+    "DEFAULT_IDLE_TTL",
     "DEFAULT_TOMBSTONE_RETENTION",
     "Agent",
     "AgentRegistry",
@@ -27,6 +28,8 @@ __all__ = [
 DEFAULT_CLIENT_TOOL_TIMEOUT = 300.0
 #: Seconds a completed call's tombstone keeps a duplicate submit answered ``already_completed``.
 DEFAULT_TOMBSTONE_RETENTION = 24 * 3600.0
+#: Seconds a persistent agent's workflow waits idle for the next message before it hibernates.
+DEFAULT_IDLE_TTL = 300.0
 
 
 class SubAgentInput(BaseModel):
@@ -47,6 +50,10 @@ class Agent:
     client_tool_timeout: float | None = None
     completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION
     subagents: tuple[Agent, ...] = field(default=())
+    persistent: bool = False
+    """A root session's turns run in ONE long-lived workflow fed by its inbox (docs/lifecycle.md)."""
+    idle_ttl: float = DEFAULT_IDLE_TTL
+    """Persistent only: seconds the workflow waits idle between turns before it hibernates."""
 
     @functools.cached_property
     def tool_schemas(self) -> tuple[ToolSchema, ...]:
@@ -91,6 +98,8 @@ def define_agent(
     max_steps: int = 20,
     client_tool_timeout: float | None = None,
     completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION,
+    persistent: bool = False,
+    idle_ttl: float | None = None,
 ) -> Agent:
     """Declare an agent.
 
@@ -104,9 +113,14 @@ def define_agent(
         client_tool_timeout: the agent's client-call deadline in seconds.
         completed_tombstone_retention: seconds a completed call still answers duplicates with
             ``already_completed``; finite and >= 0, 0 turns retention off.
+        persistent: run each root session as ONE long-lived workflow that takes its turns
+            from an inbox, instead of one workflow per turn (see docs/lifecycle.md).
+        idle_ttl: persistent only: seconds the workflow waits idle for the next message before
+            it hibernates (ends; the next message starts a new one). Default 300, finite, > 0.
 
     Raises:
-        ToolDefinitionError: a bad name, step count, deadline or retention, or duplicate tools.
+        ToolDefinitionError: a bad name, step count, deadline, retention or idle TTL (or an
+            idle TTL without ``persistent``), or duplicate tools.
     """
     if not name or "::" in name:
         raise ToolDefinitionError("An agent needs a non-empty name without '::'")
@@ -119,6 +133,11 @@ def define_agent(
         raise ToolDefinitionError(
             f"Agent {name!r}: completed_tombstone_retention must be a finite number >= 0"
         )
+    if idle_ttl is not None:
+        if not persistent:
+            raise ToolDefinitionError(f"Agent {name!r}: idle_ttl needs persistent=True")
+        if not isinstance(idle_ttl, int | float) or not math.isfinite(idle_ttl) or idle_ttl <= 0:
+            raise ToolDefinitionError(f"Agent {name!r}: idle_ttl must be a finite number > 0")
     children = tuple(subagents)
     all_tools = tuple(tools) + tuple(subagent_tool(child) for child in children)
     names = [t.name for t in all_tools]
@@ -133,6 +152,8 @@ def define_agent(
         client_tool_timeout=client_tool_timeout,
         completed_tombstone_retention=float(retention),
         subagents=children,
+        persistent=bool(persistent),
+        idle_ttl=float(idle_ttl) if idle_ttl is not None else DEFAULT_IDLE_TTL,
     )
 
 

@@ -237,6 +237,9 @@ class StartResponse(TurnResponse):
 
     token: str | None = None
     """A short-lived token bound to ``sessionId``: send it as ``Authorization: Bearer``."""
+    delivery: Literal["started", "delivered"] | None = None
+    """A persistent agent's session only: ``started`` (a new workflow runs the turn) or
+    ``delivered`` (the session's live workflow took the message from its inbox)."""
 
 
 class PendingToolCallView(_Response):

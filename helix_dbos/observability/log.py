@@ -38,6 +38,8 @@ EVENT_LEVELS: dict[str, int] = {
     "client_tool.ownership_retry": logging.DEBUG,
     "client_tool.clear_pending_retry": logging.DEBUG,
     "client_tool.send_event_failed": logging.ERROR,
+    "persistent.delivered": logging.DEBUG,
+    "persistent.mark_stale": logging.WARNING,
     "submit_tool_result.body_too_large": logging.WARNING,
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,

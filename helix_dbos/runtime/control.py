@@ -16,7 +16,7 @@ from ..errors import AgentAlreadyRunningError, AgentNotResumableError
 from ..observability import metrics
 from ..observability.log import log_event
 from ..store.store import NoChange, now_ms
-from . import names
+from . import names, records
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .records import STASH_KEY, EntryStash
@@ -82,6 +82,8 @@ async def stop_tree(
         for s in live:
             stopped.extend((s, entry) for entry in stop_pending(s, root, at))
             s.metadata.pop(STASH_KEY, None)
+            # A persistent session's workflow is cancelled below: the next message starts anew.
+            records.release_mark(s.metadata, s.workflow_id)
             s.status = "failed" if abort else "interrupted"
             s.error = error
         return stopped, [s.session_id for s in live]

@@ -17,7 +17,12 @@ active, batch ready           PENDING              send the answers' wake-ups ag
                                                    (``rewoken``; DBOS drops duplicates)
 ended                         PENDING              cancel it and wake its parked calls
                                                    (``cancelled``)
+ended, marks the workflow     PENDING              none: a persistent session between turns,
+as its live one                                    its workflow waiting on its inbox
 ============================  ===================  ==========================================
+
+A persistent session's workflow (``persistent.py``) is started, ended and cancelled by the
+same rules; ending its session removes the mark, so the next message starts a new workflow.
 
 Only sessions untouched for ``grace_seconds`` are looked at (a start in flight is not a lost
 one). Every repair that changes a session is a compare-and-swap on the version it was judged
@@ -45,7 +50,7 @@ from ..core.session import (
 )
 from ..observability.log import log_event
 from ..store.store import NoChange, now_ms, patience
-from . import names
+from . import names, records
 from .context import RuntimeContext
 from .control import wake_stopped
 from .entry import ACTIVE_STATUSES
@@ -96,12 +101,17 @@ async def heal(
         repair = await _heal_active(ctx, state, status, can_start, grace_seconds)
         if repair is not None:
             repairs.append(repair)
-    pending = await ctx.dbos().list_workflows_async(
-        status="PENDING", name=names.TURN_WORKFLOW, load_input=False, load_output=False
-    )
-    ids = [w.workflow_id for w in pending]
+    ids = [
+        w.workflow_id
+        for name in (names.TURN_WORKFLOW, names.PERSISTENT_WORKFLOW)
+        for w in await ctx.dbos().list_workflows_async(
+            status="PENDING", name=name, load_input=False, load_output=False
+        )
+    ]
     if ids:
         for state in await ctx.store.settled_before(cutoff, active=False, workflow_ids=ids):
+            if records.marks(state.metadata, state.workflow_id):
+                continue  # a persistent session between turns: its workflow waits, healthy
             repairs.append(await _cancel_orphan(ctx, state))
     return repairs
 
@@ -155,7 +165,11 @@ async def _heal_active(
             and state.agent_type in ctx.registry
             and state.is_root
             and state.run_id is not None
-            and state.workflow_id == names.turn_workflow_id(state.session_id, state.run_id)
+            and state.workflow_id
+            in (
+                names.turn_workflow_id(state.session_id, state.run_id),
+                names.persistent_workflow_id(state.session_id, state.run_id),
+            )
         )
         if startable:
             return await _start(ctx, state)
@@ -215,6 +229,11 @@ async def _start(ctx: RuntimeContext, state: SessionState) -> Repair | None:
     if not await _claim(ctx, state, "started", None):
         return None
     assert state.run_id is not None and state.workflow_id is not None
+    if state.workflow_id == names.persistent_workflow_id(state.session_id, state.run_id):
+        from .persistent import start_persistent
+
+        await start_persistent(state, state.run_id, state.workflow_id)
+        return Repair(state.session_id, state.workflow_id, None, "started")
     # The id is the claim's: if a workflow started meanwhile, DBOS returns that one.
     with SetWorkflowID(state.workflow_id):
         await DBOS.start_workflow_async(
@@ -239,6 +258,7 @@ async def _end(
     def end(s: SessionState, root: SessionState, at: int) -> None:
         stop_pending(s, root, at)
         s.metadata.pop(STASH_KEY, None)
+        records.release_mark(s.metadata, s.workflow_id)  # its workflow is gone
         s.status = outcome  # type: ignore[assignment]
         s.error = error
 

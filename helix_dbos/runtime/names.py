@@ -17,16 +17,22 @@ __all__ = [
     "COMMIT_RESULTS_STEP",
     "CONTRACT_VERSION",
     "FINISH_STEP",
+    "INBOX_TOPIC",
     "MODEL_STEP",
+    "PERSISTENT_HIBERNATE_STEP",
+    "PERSISTENT_WORKFLOW",
     "SERVER_TOOL_STEP",
     "START_CHILD_STEP",
     "TURN_WORKFLOW",
     "approval_id",
     "child_session_id",
     "control_idempotency_key",
+    "inbox_idempotency_key",
     "next_run_id",
+    "persistent_workflow_id",
     "submit_idempotency_key",
     "tool_result_topic",
+    "turn_outcome_event",
     "turn_workflow_id",
 ]
 
@@ -64,12 +70,40 @@ LIFECYCLE_WORKFLOW = "helix.lifecycle"
 """A retry or a rewind: applies it (one exactly-once step), then runs the turn it starts."""
 LIFECYCLE_APPLY_STEP = "helix.lifecycle.apply"
 """Commits a retry's or a rewind's conversation and session state, exactly once."""
+
+PERSISTENT_WORKFLOW = "helix.persistent"
+"""A persistent agent's session: ONE workflow that runs its turns one after the other, each
+taken from its inbox, until it has been idle for the agent's ``idle_ttl`` (hibernation)."""
+PERSISTENT_HIBERNATE_STEP = "helix.persistent.hibernate"
+"""Ends an idle persistent workflow: a compare-and-swap that wins only between turns."""
+INBOX_TOPIC = "inbox"
+"""The ``DBOS.recv`` topic a persistent workflow takes its next turn from (its client calls
+park on their own topics, the calls' ids)."""
+
 _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 
 
 def turn_workflow_id(session_id: str, turn_id: str) -> str:
     """The workflow id of a turn: ``helix:<session>:<turn>``."""
     return f"helix:{session_id}:{turn_id}"
+
+
+def persistent_workflow_id(session_id: str, run_id: str) -> str:
+    """The workflow id of a persistent session's workflow, named after the run it started
+    with: ``helix:<session>:persistent:<run>`` (a new one after each hibernation)."""
+    return f"helix:{session_id}:persistent:{run_id}"
+
+
+def inbox_idempotency_key(run_id: str) -> str:
+    """The ``DBOS.send`` key of the inbox message that hands a turn to a persistent
+    workflow: ``<run>:inbox`` (one delivery per run)."""
+    return f"{run_id}:inbox"
+
+
+def turn_outcome_event(run_id: str) -> str:
+    """The ``DBOS.set_event`` key under which a persistent workflow publishes the outcome of
+    the turn that started as ``run_id``: ``turn:<run>``."""
+    return f"turn:{run_id}"
 
 
 def tool_result_topic(tool_call_id: str) -> str:

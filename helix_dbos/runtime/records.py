@@ -19,7 +19,9 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 __all__ = [
     "CHECKPOINT_KINDS",
     "FENCED_KEY",
+    "HIBERNATE_ACTIONS",
     "MESSAGE_KINDS",
+    "PERSISTENT_KEY",
     "PLAN_KINDS",
     "RUN_ID_PREFIX",
     "SESSION_ID_PREFIX",
@@ -34,9 +36,13 @@ __all__ = [
     "FinishResult",
     "LifecycleApplied",
     "LifecycleRefused",
+    "HibernateAction",
+    "InboxMessage",
     "MessageKind",
     "ModelStepResult",
     "PlanItem",
+    "PersistentMark",
+    "PersistentOutcome",
     "PlanKind",
     "RepairRecord",
     "ServerToolResult",
@@ -50,6 +56,8 @@ __all__ = [
     "child_run_id",
     "new_run_id",
     "new_session_id",
+    "marks",
+    "release_mark",
 ]
 
 # -- ids --------------------------------------------------------------------------------------
@@ -315,3 +323,63 @@ class EntryStash(TypedDict):
     abandonPending: bool
     runId: str
     """The suspended run the message was delivered over (it continues as ``next_run_id``)."""
+
+
+# -- persistent agents --------------------------------------------------------------------------
+
+PERSISTENT_KEY: Final = "persistent"
+"""The session-metadata key naming a persistent session's LIVE workflow (``PersistentMark``).
+While it is set, a new message is delivered to that workflow's inbox; hibernation, a stop and
+the reconciler's end remove it (each in the transaction that ends the workflow's claim), and
+the next message then starts a new workflow."""
+
+
+class PersistentMark(TypedDict):
+    """``metadata["persistent"]``: the workflow that takes this session's next message."""
+
+    workflowId: str
+    """``names.persistent_workflow_id``."""
+    since: int
+    """When the workflow started (epoch ms)."""
+
+
+def marks(metadata: dict[str, Any], workflow_id: str | None) -> bool:
+    """Whether the session's persistent mark names ``workflow_id`` as its live workflow."""
+    mark = metadata.get(PERSISTENT_KEY)
+    return (
+        workflow_id is not None and isinstance(mark, dict) and mark.get("workflowId") == workflow_id
+    )
+
+
+def release_mark(metadata: dict[str, Any], workflow_id: str | None) -> bool:
+    """Remove the persistent mark if it names ``workflow_id`` (a workflow that is ending);
+    ``True`` if it did. A mark naming another workflow is left: that one is still live."""
+    if not marks(metadata, workflow_id):
+        return False
+    del metadata[PERSISTENT_KEY]
+    return True
+
+
+class InboxMessage(TypedDict):
+    """The message on ``names.INBOX_TOPIC`` that hands a persistent workflow its next turn.
+    The turn's entry (its user message) is already committed, with the session claimed for
+    ``runId``, in the transaction that sent this."""
+
+    kind: Literal["turn"]
+    runId: str
+
+
+HibernateAction = Literal["continue", "hibernated", "released"]
+"""What ``helix.persistent.hibernate`` records: ``continue`` (a turn was claimed for this
+workflow meanwhile: its message waits in the inbox), ``hibernated`` (idle: the mark is
+removed and the workflow ends) or ``released`` (the session no longer names this workflow)."""
+HIBERNATE_ACTIONS: Final[tuple[HibernateAction, ...]] = ("continue", "hibernated", "released")
+
+
+class PersistentOutcome(TypedDict):
+    """The persistent workflow's result."""
+
+    turns: int
+    """Turns it ran."""
+    ended: Literal["hibernated", "released"]
+    lastRunId: str

@@ -20,7 +20,7 @@ from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestVa
 from ..observability.log import set_service_name
 from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore
-from . import context, lifecycle, names, records
+from . import context, lifecycle, names, persistent, records
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn
 from .fleet import Fleet
@@ -42,17 +42,25 @@ class TurnHandle:
     run_id: str
     workflow_id: str | None = None
     workflow: Any = field(default=None, compare=False, repr=False)
-    """In-process DBOS handle of the started turn, when this process started it."""
+    """In-process DBOS handle of the started turn, when this process started it; for a
+    persistent session, a ``persistent.TurnResult`` (its workflow outlives the turn)."""
+    delivery: str | None = None
+    """A persistent session only: ``started`` (a new workflow runs the turn) or
+    ``delivered`` (the session's live workflow took it from its inbox)."""
 
     async def result(self) -> Any:
-        """Wait for the turn's workflow to end (in-process fast path); returns its outcome."""
+        """Wait for the turn to end; returns its outcome (the turn workflow's result; for a
+        persistent session, the outcome its workflow published for this turn)."""
         if self.workflow is None:
             raise RuntimeError("This handle did not start a workflow in this process")
         return await self.workflow.get_result()
 
     def dump(self) -> dict[str, Any]:
-        """The wire form ``{sessionId, runId}``."""
-        return {"sessionId": self.session_id, "runId": self.run_id}
+        """The wire form ``{sessionId, runId}`` (and ``delivery`` for a persistent session)."""
+        out: dict[str, Any] = {"sessionId": self.session_id, "runId": self.run_id}
+        if self.delivery is not None:
+            out["delivery"] = self.delivery
+        return out
 
 
 class AgentRuntime:
@@ -228,6 +236,8 @@ class AgentRuntime:
 
     async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
         turn_id = records.new_run_id()
+        if self.registry.get(agent_type).persistent:
+            return await self._enter_persistent(session_id, agent_type, message, turn_id)
         try:
             state = await self.store.transact(
                 lambda conn: open_turn(
@@ -256,6 +266,26 @@ class AgentRuntime:
             self._started = {w: t for w, t in self._started.items() if not t.done()}
             self._started[workflow_id] = task
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
+
+    async def _enter_persistent(
+        self, session_id: str, agent_type: str, message: str | None, turn_id: str
+    ) -> TurnHandle:
+        """A persistent session's message: to its live workflow's inbox, or a new workflow."""
+        entered = await persistent.deliver(self.ctx, session_id, agent_type, message, turn_id)
+        task = getattr(entered.workflow, "task", None)
+        if task is not None:
+            self._started = {w: t for w, t in self._started.items() if not t.done()}
+            self._started[entered.workflow_id] = task
+        if entered.delivery == "delivered" and self.fleet is not None:
+            # The live workflow's process may be gone: adopt it now, not at the next sweep.
+            await self.fleet.ensure_runner(session_id)
+        return TurnHandle(
+            session_id,
+            turn_id,
+            entered.workflow_id,
+            persistent.TurnResult(entered.workflow_id, turn_id),
+            delivery=entered.delivery,
+        )
 
     async def resume(
         self,

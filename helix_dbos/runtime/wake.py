@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..observability.log import log_event
 from .context import RuntimeContext
-from .records import TurnMessage
+from .records import InboxMessage, TurnMessage
 
 __all__ = ["local_waiter", "send_in_transaction", "send_to_turn", "wake_local"]
 
@@ -48,7 +48,7 @@ def wake_local(workflow_id: str, topic: str) -> bool:
 
 
 async def send_to_turn(
-    ctx: RuntimeContext, workflow_id: str, message: TurnMessage, topic: str, key: str
+    ctx: RuntimeContext, workflow_id: str, message: TurnMessage | InboxMessage, topic: str, key: str
 ) -> None:
     """``DBOS.send_async`` with an idempotency key, then the in-process wake-up."""
     await ctx.dbos().send_async(workflow_id, message, topic=topic, idempotency_key=key)
@@ -64,7 +64,7 @@ async def send_in_transaction(
     ctx: RuntimeContext,
     conn: AsyncConnection,
     workflow_id: str,
-    message: TurnMessage,
+    message: TurnMessage | InboxMessage,
     topic: str,
     key: str,
     **log_fields: Any,

@@ -97,6 +97,9 @@ PINNED: dict[Any, dict[str, str]] = {
     },
     records.TurnMessage: {"kind": "required", "toolCallId": "optional", "submittedAt": "optional"},
     records.EntryStash: {"message": "required", "abandonPending": "required", "runId": "required"},
+    records.PersistentMark: {"workflowId": "required", "since": "required"},
+    records.InboxMessage: {"kind": "required", "runId": "required"},
+    records.PersistentOutcome: {"turns": "required", "ended": "required", "lastRunId": "required"},
 }
 
 
@@ -135,6 +138,9 @@ def test_kinds_and_keys_are_pinned() -> None:
         "stopped",
     )
     assert records.WokenAnswers == dict[str, int]
+    assert records.PERSISTENT_KEY == "persistent"
+    assert records.HIBERNATE_ACTIONS == ("continue", "hibernated", "released")
+    assert get_args(records.HibernateAction) == records.HIBERNATE_ACTIONS
 
 
 def test_id_formats_are_pinned() -> None:

@@ -1,0 +1,339 @@
+"""Persistent agents: a session's turns run in ONE long-lived workflow fed by its inbox.
+
+An agent declared ``persistent=True`` runs each root session as one ``helix.persistent``
+workflow (id ``helix:<session>:persistent:<first run>``). The workflow runs a turn (the same
+``_Turn`` as a standard turn: its own run id, its steps fenced by that run), then waits on
+``DBOS.recv("inbox")`` for the next one. Client calls park on their own topics (the calls'
+ids) inside the same workflow, so the two never interfere.
+
+Who takes the next message is written on the session: ``metadata["persistent"]`` names the
+LIVE workflow (``records.PersistentMark``). A message (``deliver``) claims the session for a
+new run and commits its entry, in ONE transaction that also either
+
+* enqueues ``{"kind": "turn", "runId"}`` in the marked workflow's inbox
+  (``DBOSClient.send_in_transaction``): ``delivered``; or
+* marks a new workflow (no live one), started right after the commit: ``started``.
+
+After ``idle_ttl`` seconds without a message the workflow hibernates: ``hibernate`` removes
+the mark by compare-and-swap, which wins only while the session is between turns and still
+names this workflow. Delivery holds the session's row for its whole transaction (a row lock
+on Postgres, the write lock on SQLite), so the two are serialized: either the message was
+enqueued first (the swap finds the session claimed, answers ``continue``, and the workflow
+reads its inbox again: the message is there), or the mark was removed first (the message
+starts a new workflow). A message is never lost and never taken twice (the inbox message's
+idempotency key is its run).
+
+A stop (interrupt, abort) cancels the workflow and removes the mark in the transaction that
+records it: the workflow ends, and the next message starts a new one. Recovery, deadlines,
+sub-agents (standard turns, children of this workflow) and the fleet are the standard
+mode's; the reconciler starts a marked workflow whose start was lost and leaves a live one
+waiting on its inbox alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from dbos import DBOS, SetWorkflowID
+from sqlalchemy.exc import IntegrityError
+
+from ..core.clock import now_ms
+from ..core.session import SessionState
+from ..errors import AgentAlreadyRunningError, HelixError
+from ..observability.log import log_event
+from ..store.store import NoChange, patience
+from . import names, records
+from .context import RuntimeContext, current
+from .entry import ACTIVE_STATUSES, open_turn
+from .turn import _Turn
+from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
+
+__all__ = [
+    "Delivery",
+    "Entered",
+    "TurnResult",
+    "deliver",
+    "hibernate",
+    "live_workflow",
+    "run_persistent",
+    "start_persistent",
+]
+
+Delivery = Literal["started", "delivered"]
+"""How a message reached a persistent session: it started a workflow, or went to a live one."""
+
+_LIVE = frozenset({"PENDING", "ENQUEUED"})
+
+
+def live_workflow(state: SessionState) -> str | None:
+    """The workflow the session's mark names as live (takes the next message), if any."""
+    mark = state.metadata.get(records.PERSISTENT_KEY)
+    if isinstance(mark, dict) and isinstance(mark.get("workflowId"), str):
+        return str(mark["workflowId"])
+    return None
+
+
+@DBOS.workflow(name=names.PERSISTENT_WORKFLOW)
+async def run_persistent(
+    session_id: str, run_id: str, agent_type: str, root_session_id: str
+) -> dict[str, Any]:
+    """Run ``run_id``'s turn (its entry is committed), then each turn the inbox hands over,
+    until the session has been idle for the agent's ``idle_ttl``."""
+    with patience(None):
+        workflow_id = DBOS.workflow_id or ""
+        turns = 0
+        while True:
+            outcome = await _Turn(session_id, run_id, agent_type, root_session_id).run()
+            # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
+            await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
+            turns += 1
+            following, ended = await _next_turn(session_id, workflow_id, agent_type)
+            if following is None:
+                log_event(
+                    "persistent.ended",
+                    sessionId=session_id,
+                    workflowId=workflow_id,
+                    ended=ended,
+                    turns=turns,
+                )
+                result: records.PersistentOutcome = {
+                    "turns": turns,
+                    "ended": ended,
+                    "lastRunId": run_id,
+                }
+                return dict(result)
+            run_id = following
+
+
+async def _next_turn(
+    session_id: str, workflow_id: str, agent_type: str
+) -> tuple[str | None, Literal["hibernated", "released"]]:
+    """Wait on the inbox for the next turn's run; ``(None, how)`` when the workflow ends."""
+    ctx = current()
+    ttl = ctx.registry.get(agent_type).idle_ttl
+    while True:
+        # Idle in the inbox counts as parked: a clean shutdown does not wait for it.
+        ctx.parked.add(workflow_id)
+        try:
+            message = await DBOS.recv_async(names.INBOX_TOPIC, timeout_seconds=ttl)
+        finally:
+            ctx.parked.discard(workflow_id)
+        if isinstance(message, dict) and message.get("kind") == "turn":
+            return str(message["runId"]), "hibernated"
+        if message is not None:
+            continue  # not ours to read (a stray send): only an idle TTL hibernates
+        action = await hibernate(session_id, workflow_id)
+        if action != "continue":
+            return None, action
+
+
+@DBOS.step(name=names.PERSISTENT_HIBERNATE_STEP)
+async def hibernate(session_id: str, workflow_id: str) -> records.HibernateAction:
+    """End an idle workflow's claim on its session (compare-and-swap on the session's row).
+
+    ``hibernated``: the session is between turns and marks this workflow; the mark is removed
+    (the next message starts a new workflow). ``continue``: a turn was claimed for this
+    workflow meanwhile; its message is in the inbox. ``released``: the session marks another
+    workflow, or none (a stop released it): nothing can reach this one any more.
+    """
+
+    def swap(states: dict[str, SessionState]) -> records.HibernateAction:
+        s = states[session_id]
+        if live_workflow(s) != workflow_id:
+            raise NoChange("released")
+        if s.status in ACTIVE_STATUSES:
+            raise NoChange("continue")
+        del s.metadata[records.PERSISTENT_KEY]
+        return "hibernated"
+
+    _, action = await current().store.update([session_id], swap)
+    if action == "hibernated":
+        log_event("persistent.hibernated", sessionId=session_id, workflowId=workflow_id)
+    return action
+
+
+class Entered:
+    """A message's claim on a persistent session, committed: what ``deliver`` returns."""
+
+    def __init__(self, state: SessionState, run_id: str, workflow_id: str, delivery: Delivery):
+        self.state = state
+        self.run_id = run_id
+        self.workflow_id = workflow_id
+        self.delivery: Delivery = delivery
+        self.workflow: Any = None
+        """The DBOS handle, when this call started the workflow."""
+
+
+async def deliver(
+    ctx: RuntimeContext, session_id: str, agent_type: str, message: str | None, run_id: str
+) -> Entered:
+    """Claim ``session_id`` for ``run_id`` and hand the turn to its live workflow, or start one.
+
+    Raises:
+        AgentAlreadyRunningError: a turn of the session is running or parked (as for a
+            standard session; deliver over pending calls with ``resume(with_message)``).
+    """
+    store = ctx.store
+    # A mark naming a workflow that ended without hibernating (an operator cancelled it, say)
+    # is stale: such a workflow stays ended, so this is read before the transaction (DBOS's
+    # status is not ours to lock, and the row lock is not held across a query elsewhere).
+    seen = await store.load(session_id)
+    marked = live_workflow(seen) if seen is not None else None
+    stale = (
+        marked
+        if seen is not None
+        and marked is not None
+        and seen.status not in ACTIVE_STATUSES
+        and not await _still_running(ctx, marked)
+        else None
+    )
+
+    async def body(conn: Any) -> tuple[SessionState, str, Delivery, str]:
+        existing = await store.load(session_id, conn)
+        live: str | None = None
+        if existing is not None:
+            # Read the mark holding the row (FOR UPDATE on Postgres, the write lock on SQLite)
+            # until this transaction ends: a hibernation cannot slip in before the send below.
+            _, live = await store.update(
+                [session_id],
+                lambda states: _no_change(live_workflow(states[session_id])),
+                conn=conn,
+            )
+            if live is not None and live == stale:
+                live = None  # start a new workflow instead
+        workflow_id = live or names.persistent_workflow_id(session_id, run_id)
+        state = await open_turn(
+            store,
+            conn,
+            session_id=session_id,
+            agent_type=agent_type,
+            turn_id=run_id,
+            message=message,
+            workflow_id=workflow_id,
+            metadata={records.PERSISTENT_KEY: _mark(workflow_id)} if existing is None else None,
+        )
+        if live is None:
+            if existing is not None:
+                saved, _ = await store.update(
+                    [session_id],
+                    lambda states: _set_mark(states[session_id], workflow_id),
+                    conn=conn,
+                )
+                state = saved[session_id]
+            return state, workflow_id, "started", "none"
+        if ctx.client is None:
+            return state, workflow_id, "delivered", "unavailable"
+        inbox: records.InboxMessage = {"kind": "turn", "runId": run_id}
+        try:
+            await send_in_transaction(
+                ctx,
+                conn,
+                workflow_id,
+                inbox,
+                names.INBOX_TOPIC,
+                names.inbox_idempotency_key(run_id),
+                sessionId=session_id,
+                runId=run_id,
+            )
+        except SendNotEnlisted:
+            # The claim must not commit without its message: nothing would run the turn.
+            raise HelixError(
+                "The message could not be handed to the session's workflow; nothing was "
+                "recorded, send it again",
+                retryable=True,
+                sessionId=session_id,
+            ) from None
+        return state, workflow_id, "delivered", "sent"
+
+    try:
+        state, workflow_id, delivery, sent = await store.transact(body)
+    except IntegrityError:
+        raise AgentAlreadyRunningError(
+            f"Session {session_id!r} already has a turn running", sessionId=session_id
+        ) from None
+    entered = Entered(state, run_id, workflow_id, delivery)
+    if stale is not None and delivery == "started":
+        log_event("persistent.mark_stale", sessionId=session_id, workflowId=stale)
+    if delivery == "delivered":
+        if sent == "unavailable":
+            inbox_late: records.InboxMessage = {"kind": "turn", "runId": run_id}
+            await send_to_turn(
+                ctx,
+                workflow_id,
+                inbox_late,
+                names.INBOX_TOPIC,
+                names.inbox_idempotency_key(run_id),
+            )
+        elif ctx.messenger is None:
+            wake_local(workflow_id, names.INBOX_TOPIC)
+    else:
+        # Committed first: a crash before this start leaves the claim to the reconciler,
+        # which starts the workflow under the same id.
+        entered.workflow = await start_persistent(state, run_id, workflow_id)
+    log_event(
+        "persistent.delivered",
+        sessionId=session_id,
+        runId=run_id,
+        workflowId=workflow_id,
+        delivery=delivery,
+    )
+    return entered
+
+
+class TurnResult:
+    """Waits for one turn of a persistent workflow: ``get_result`` returns the turn's outcome
+    (as a standard turn's workflow result), published by the workflow under
+    ``names.turn_outcome_event``. A turn whose workflow ended without publishing it (an
+    interrupt or abort cancelled it) answers ``outcome: "stopped"``."""
+
+    def __init__(self, workflow_id: str, run_id: str) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+
+    async def get_result(self, poll_seconds: float = 5.0) -> dict[str, Any]:
+        key = names.turn_outcome_event(self.run_id)
+        while True:
+            outcome = await DBOS.get_event_async(self.workflow_id, key, poll_seconds)
+            if outcome is not None:
+                return dict(outcome)
+            if not await _still_running(current(), self.workflow_id):
+                outcome = await DBOS.get_event_async(self.workflow_id, key, 0)
+                if outcome is not None:
+                    return dict(outcome)
+                return {
+                    "outcome": "stopped",
+                    "text": "",
+                    "output": None,
+                    "error": None,
+                    "runId": self.run_id,
+                }
+
+
+async def start_persistent(state: SessionState, run_id: str, workflow_id: str) -> Any:
+    """Start the persistent workflow ``workflow_id`` at the claimed run ``run_id`` (DBOS
+    returns the existing one when it already started under that id)."""
+    with SetWorkflowID(workflow_id):
+        return await DBOS.start_workflow_async(
+            run_persistent, state.session_id, run_id, state.agent_type, state.root_session_id
+        )
+
+
+async def _still_running(ctx: RuntimeContext, workflow_id: str) -> bool:
+    found = await ctx.dbos().list_workflows_async(
+        workflow_ids=[workflow_id], load_input=False, load_output=False
+    )
+    # Not found (never started, and the session is not claimed either): stale as well.
+    return bool(found) and found[0].status in _LIVE
+
+
+def _mark(workflow_id: str) -> dict[str, Any]:
+    mark: records.PersistentMark = {"workflowId": workflow_id, "since": now_ms()}
+    return dict(mark)
+
+
+def _set_mark(state: SessionState, workflow_id: str) -> None:
+    state.metadata[records.PERSISTENT_KEY] = _mark(workflow_id)
+
+
+def _no_change(value: Any) -> Any:
+    raise NoChange(value)
