@@ -59,6 +59,7 @@ __all__ = [
     "ToolDefinitionError",
     "is_client_tool_error_code",
     "is_known_error_code",
+    "with_details",
 ]
 
 #: The fixed message of a body that is not a valid submit; it never reveals the schema.
@@ -190,6 +191,18 @@ class HelixError(Exception):
         return body
 
 
+def with_details(exc: HelixError, **extra: Any) -> HelixError:
+    """A new error like ``exc`` (same type, message and ``retryable``) with more details: an
+    error is never changed once it is built."""
+    return _rebuild(type(exc), exc.message, {**exc.details, **extra}, exc.retryable)
+
+
+def _rebuild_invalid_result(
+    tool_name: str, tool_call_id: str, issues: list[Any], message: str | None, show: bool
+) -> InvalidResultError:
+    return InvalidResultError(tool_name, tool_call_id, issues, message=message, show_issues=show)
+
+
 def _rebuild(
     cls: type[HelixError], message: str, details: dict[str, Any], retryable: bool
 ) -> HelixError:
@@ -228,14 +241,28 @@ class InvalidResultError(HelixError):
     code = ErrorCode.INVALID_RESULT
     http_status = 400
 
-    def __init__(self, tool_name: str, tool_call_id: str, issues: list[Any] | None = None) -> None:
-        super().__init__(INVALID_RESULT_MESSAGE, toolName=tool_name, toolCallId=tool_call_id)
+    def __init__(
+        self,
+        tool_name: str,
+        tool_call_id: str,
+        issues: list[Any] | None = None,
+        *,
+        message: str | None = None,
+        show_issues: bool = False,
+    ) -> None:
+        """``message`` and ``show_issues`` (the schema's findings in the body) are for
+        verbose validation errors only: the default message never reveals the schema."""
+        details: dict[str, Any] = {"toolName": tool_name, "toolCallId": tool_call_id}
+        if show_issues:
+            details["issues"] = issues or []
+        super().__init__(message or INVALID_RESULT_MESSAGE, **details)
         self.issues = issues or []
+        self._verbose = (message, show_issues)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
-            type(self),
-            (self.details["toolName"], self.details["toolCallId"], self.issues),
+            _rebuild_invalid_result,
+            (self.details["toolName"], self.details["toolCallId"], self.issues, *self._verbose),
         )
 
 

@@ -225,15 +225,21 @@ def test_retryable_is_given_at_construction() -> None:
 
 
 def _mutations(source: str) -> list[str]:
-    """``<expr>.code = ...`` / ``<expr>.retryable = ...`` outside a constructor's ``self``."""
+    """``<expr>.code = ...``, ``.retryable``, ``.http_status``, ``.message`` or
+    ``<expr>.details[...] = ...`` outside a constructor's ``self``."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
+                if isinstance(target, ast.Subscript):
+                    target = target.value  # ``exc.details[key] = ...`` changes ``exc.details``
+                    attrs: tuple[str, ...] = ("details",)
+                else:
+                    attrs = ("code", "retryable", "http_status", "message")
                 if (
                     isinstance(target, ast.Attribute)
-                    and target.attr in ("code", "retryable", "http_status")
+                    and target.attr in attrs
                     and not (isinstance(target.value, ast.Name) and target.value.id == "self")
                 ):
                     found.append(f"line {node.lineno}: {ast.unparse(target)}")
@@ -250,3 +256,7 @@ def test_no_error_instance_is_mutated_after_construction() -> None:
     }
     assert offenders == {}
     assert _mutations("exc = E('x')\nexc.retryable = True\n") == ["line 2: exc.retryable"]
+    assert _mutations("exc.details['k'] = 1\nexc.message = 'm'\n") == [
+        "line 1: exc.details",
+        "line 2: exc.message",
+    ]

@@ -96,6 +96,7 @@ EXPORTS: dict[str, list[str]] = {
         "ToolDefinitionError",
         "is_client_tool_error_code",
         "is_known_error_code",
+        "with_details",
     ],
     "helix_dbos.config": [
         "DEFAULT_MAX_RESULT_BYTES",

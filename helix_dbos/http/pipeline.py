@@ -178,10 +178,15 @@ class RouteContext:
         try:
             yield
         except InvalidResultError as exc:
-            if self.verbose:
-                exc.message = describe_issues(exc)
-                exc.details["issues"] = exc.issues
-            raise
+            if not self.verbose:
+                raise
+            raise InvalidResultError(
+                exc.details["toolName"],
+                exc.details["toolCallId"],
+                exc.issues,
+                message=describe_issues(exc),
+                show_issues=True,
+            ) from None
         except RequestValidationError as exc:
             # The runtime's own refusals say which rule failed; the contract's message is fixed.
             extra: dict[str, Any] = {"cause": "submit"}

@@ -20,7 +20,7 @@ from ..core.llm import LLMRequest, LLMResponse
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest, stop_pending
-from ..errors import HelixError, ProviderError
+from ..errors import HelixError, ProviderError, with_details
 from ..observability import metrics
 from ..observability.log import log_event
 from ..store.faults import is_transient
@@ -179,8 +179,7 @@ async def model_step(
     except HelixError as exc:
         # The model ran (and spent tokens) but its answer could not be committed: the turn
         # fails with this error, and its summary still counts the call.
-        exc.details["modelUsage"] = response.usage.model_dump()
-        raise
+        raise with_details(exc, modelUsage=response.usage.model_dump()) from exc
     _log_model_commit(session_id, run_id, plan, committed["deadlines"], final_summary)
     return committed
 

@@ -129,7 +129,7 @@ class _Turn:
         )
 
     async def _fail(self, exc: HelixError, cause: BaseException) -> TurnOutcome:
-        usage = exc.details.pop("modelUsage", None)
+        usage = exc.details.get("modelUsage")
         if usage is not None:
             self.summary["steps"] += 1
             self.summary["inputTokens"] += usage.get("input_tokens", 0)
