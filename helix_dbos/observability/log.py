@@ -44,6 +44,7 @@ EVENT_LEVELS: dict[str, int] = {
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,
     "turn.error_detail": logging.WARNING,
+    "turn.model_retry": logging.WARNING,
     "session.healed": logging.WARNING,
     "store.retrying": logging.WARNING,
     "server.unauthenticated": logging.WARNING,

@@ -237,7 +237,12 @@ async def _start(ctx: RuntimeContext, state: SessionState) -> Repair | None:
     # The id is the claim's: if a workflow started meanwhile, DBOS returns that one.
     with SetWorkflowID(state.workflow_id):
         await DBOS.start_workflow_async(
-            run_turn, state.session_id, state.run_id, state.agent_type, state.root_session_id
+            run_turn,
+            state.session_id,
+            state.run_id,
+            state.agent_type,
+            state.root_session_id,
+            layout=names.TURN_LAYOUT,
         )
     return Repair(state.session_id, state.workflow_id, None, "started")
 

@@ -419,9 +419,16 @@ def _signal(workflow_id: str, outcome: Any) -> None:
 
 @DBOS.workflow(name=names.LIFECYCLE_WORKFLOW)
 async def run_lifecycle(
-    session_id: str, run_id: str, op: Op, message: str | None, checkpoint_id: str | None
+    session_id: str,
+    run_id: str,
+    op: Op,
+    message: str | None,
+    checkpoint_id: str | None,
+    layout: int = 1,
 ) -> TurnOutcome | LifecycleRefused:
-    """Apply a retry or rewind, then run the turn it starts (if the conversation goes on)."""
+    """Apply a retry or rewind, then run the turn it starts (if the conversation goes on),
+    in step ``layout`` (``names.TURN_LAYOUT``; 1 for a workflow recorded before the
+    argument)."""
     workflow_id = DBOS.workflow_id or ""
     try:
         applied = await apply_lifecycle(session_id, run_id, op, message, checkpoint_id, workflow_id)
@@ -439,6 +446,7 @@ async def run_lifecycle(
         run_id,
         applied["agentType"],
         state.root_session_id,
+        layout,
         committed=applied["committed"],
     )
     return await turn.run()
@@ -468,7 +476,13 @@ async def start_lifecycle(
     try:
         with SetWorkflowID(workflow_id):
             handle = await DBOS.start_workflow_async(
-                run_lifecycle, session_id, run_id, op, message, checkpoint_id
+                run_lifecycle,
+                session_id,
+                run_id,
+                op,
+                message,
+                checkpoint_id,
+                layout=names.TURN_LAYOUT,
             )
         outcome = await asyncio.wait_for(waiter, timeout)
     finally:

@@ -10,12 +10,12 @@ import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
-    "CONTRACT_VERSION",
-    "REPLAYABLE_VERSIONS",
-    "LIFECYCLE_APPLY_STEP",
-    "LIFECYCLE_WORKFLOW",
     "COMMIT_RESULTS_STEP",
     "CONTRACT_VERSION",
+    "LIFECYCLE_APPLY_STEP",
+    "LIFECYCLE_WORKFLOW",
+    "REPLAYABLE_VERSIONS",
+    "TURN_LAYOUT",
     "FINISH_STEP",
     "INBOX_TOPIC",
     "MODEL_STEP",
@@ -33,10 +33,11 @@ __all__ = [
     "submit_idempotency_key",
     "tool_result_topic",
     "turn_outcome_event",
+    "turn_slot",
     "turn_workflow_id",
 ]
 
-CONTRACT_VERSION = "contract-1"
+CONTRACT_VERSION = "contract-2"
 """The version of this contract: the DBOS application version of every turn (by default).
 
 A process recovers and dequeues only workflows of its own version, so this names what a parked
@@ -45,10 +46,23 @@ It is neither the package version nor a hash of the source: users' agent and too
 releases that leave the contract alone, keep it. Bump it (``contract-2``...) only when a
 recorded turn could no longer replay, and say in CHANGELOG.md how parked turns move forward.
 """
-REPLAYABLE_VERSIONS = frozenset({"0.1.0"})
+REPLAYABLE_VERSIONS = frozenset({"0.1.0", "contract-1"})
 """Application versions of earlier releases whose recorded turns this contract replays
 unchanged; their parked turns are moved forward to ``CONTRACT_VERSION`` once no process of
-theirs is alive. (0.1.0 pinned the package version over the same contract.)"""
+theirs is alive. (0.1.0 pinned the package version over contract-1; a contract-1 turn replays
+in layout 1, see ``TURN_LAYOUT``.)"""
+
+TURN_LAYOUT = 2
+"""The step layout a new turn records, passed as its workflows' ``layout`` argument (a
+recorded turn replays in the layout it recorded; the argument's default, 1, is contract-1's).
+
+* 1: each commit (the model's answer, a batch's results, the turn's end) is a DBOS step whose
+  checkpoint slot is that step's (``<workflow>:<step id>:<kind>``);
+* 2: those commits are the workflow's own code, made exactly-once by their checkpoint alone
+  under ``turn_slot``; the DBOS steps a turn records are its parks (``recv``), server tools,
+  answer reads before an approved tool, and sub-agent starts. Three fewer DBOS steps per round
+  trip, each a recorded-output check, a record and two thread hops.
+"""
 
 TURN_WORKFLOW = "helix.turn"
 """One turn of one session (root or sub-agent): model steps, tools, parks, results."""
@@ -86,6 +100,12 @@ _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 def turn_workflow_id(session_id: str, turn_id: str) -> str:
     """The workflow id of a turn: ``helix:<session>:<turn>``."""
     return f"helix:{session_id}:{turn_id}"
+
+
+def turn_slot(workflow_id: str, run_id: str, step: int, kind: str) -> str:
+    """The checkpoint id of a layout-2 commit: ``<workflow>:<run>:<step>:<kind>`` (unique in
+    its workflow: a run commits one model answer and one batch's results per step)."""
+    return f"{workflow_id}:{run_id}:{step}:{kind}"
 
 
 def persistent_workflow_id(session_id: str, run_id: str) -> str:

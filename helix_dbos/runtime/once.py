@@ -1,12 +1,13 @@
-"""Exactly-once steps: a step's session writes commit with a checkpoint of its result.
+"""Exactly-once commits: a step's session writes commit with a checkpoint of its result.
 
-The writes of a step commit in ONE transaction with a checkpoint row (``__agents_checkpoints``)
-keyed by the step's slot in its workflow (``<workflow id>:<step id>:<kind>``) that holds the
-step's result; DBOS then records the step as usual. The transaction first reads the slot's
-checkpoint: a re-execution (a crash after our commit, before DBOS recorded the step; or a
+The writes of a commit land in ONE transaction with a checkpoint row
+(``__agents_checkpoints``) keyed by the commit's slot in its workflow that holds its result.
+The transaction first reads the slot's checkpoint: a re-execution (a replay after a crash; a
 commit whose acknowledgement was lost to a dropped connection) returns the recorded result
 without writing again, and a concurrent duplicate loses on the checkpoint's primary key and
-reads the winner's result.
+reads the winner's result. So the checkpoint alone makes the commit exactly-once: in the turn's
+layout 2 (``names.TURN_LAYOUT``) the commit is plain workflow code under ``names.turn_slot``;
+in layout 1 it is a DBOS step (slot ``<workflow id>:<step id>:<kind>``) that DBOS records too.
 
 The transaction is the store's ``transact``: it is bound to the task, so every store call the
 body makes joins it (a write cannot miss the step's connection), it is retried as a whole on a
@@ -19,7 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from dbos import DBOS
 from sqlalchemy.exc import IntegrityError
@@ -29,7 +30,15 @@ from ..store.store import PENDING_CLEAR_ATTEMPTS, Fenced
 from .context import current
 from .records import FENCED_KEY, CheckpointKind, FencedResult
 
-__all__ = ["FENCED", "commit_once", "exactly_once", "marker", "recorded", "step_connection"]
+__all__ = [
+    "FENCED",
+    "OnceStep",
+    "commit_once",
+    "exactly_once",
+    "marker",
+    "recorded",
+    "step_connection",
+]
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -132,6 +141,61 @@ def _session_ids(arguments: dict[str, Any], session_param: str) -> list[str]:
     return ids
 
 
+class OnceStep(Generic[P, R]):
+    """An exactly-once commit, callable in either turn layout (``names.TURN_LAYOUT``).
+
+    Calling it runs the commit as a DBOS step named ``name`` (layout 1: the checkpoint slot
+    is the step's own); ``direct(slot, ...)`` runs it as plain workflow code under an explicit,
+    replay-stable slot (layout 2: our checkpoint alone makes it exactly-once, no DBOS step
+    records it).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, Coroutine[Any, Any, R]],
+        name: str,
+        kind: CheckpointKind,
+        *,
+        session_param: str,
+        run_param: str,
+        retry_event: str | None,
+        failed_event: str | None,
+    ) -> None:
+        self._fn = fn
+        self._kind = kind
+        self._signature = inspect.signature(fn)
+        self._session_param = session_param
+        self._run_param = run_param
+        self._retry_event = retry_event
+        self._failed_event = failed_event
+        functools.update_wrapper(self, fn)
+
+        async def as_step(*args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
+            return await self.direct(marker(kind), *args, **kwargs)
+
+        self._step = DBOS.step(name=name)(as_step)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R | FencedResult]:
+        return self._step(*args, **kwargs)
+
+    async def direct(self, slot: str, *args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
+        """Run the commit under ``slot`` (no DBOS step); ``{"fenced": reason}`` if fenced."""
+        bound = self._signature.bind(*args, **kwargs).arguments
+        try:
+            return await commit_once(
+                slot,
+                str(bound[self._session_param]),
+                str(bound[self._run_param]),
+                0,
+                lambda: self._fn(*args, **kwargs),
+                retry_event=self._retry_event,
+                failed_event=self._failed_event,
+                session_ids=_session_ids(bound, self._session_param),
+            )
+        except Fenced as fenced:
+            return {FENCED: fenced.reason}
+
+
 def exactly_once(
     name: str,
     kind: CheckpointKind,
@@ -140,39 +204,23 @@ def exactly_once(
     run_param: str = "run_id",
     retry_event: str | None = None,
     failed_event: str | None = None,
-) -> Callable[
-    [Callable[P, Coroutine[Any, Any, R]]],
-    Callable[P, Coroutine[Any, Any, R | FencedResult]],
-]:
-    """Make ``fn`` a DBOS step named ``name`` whose writes commit exactly once.
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], OnceStep[P, R]]:
+    """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``.
 
     The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
     (bound by name, so positional and keyword calls file the same). A fenced commit returns
     ``{"fenced": reason}`` (recorded, so a replay sees the same).
     """
 
-    def wrap(
-        fn: Callable[P, Coroutine[Any, Any, R]],
-    ) -> Callable[P, Coroutine[Any, Any, R | FencedResult]]:
-        signature = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        async def run(*args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
-            bound = signature.bind(*args, **kwargs).arguments
-            try:
-                return await commit_once(
-                    marker(kind),
-                    str(bound[session_param]),
-                    str(bound[run_param]),
-                    0,
-                    lambda: fn(*args, **kwargs),
-                    retry_event=retry_event,
-                    failed_event=failed_event,
-                    session_ids=_session_ids(bound, session_param),
-                )
-            except Fenced as fenced:
-                return {FENCED: fenced.reason}
-
-        return DBOS.step(name=name)(run)
+    def wrap(fn: Callable[P, Coroutine[Any, Any, R]]) -> OnceStep[P, R]:
+        return OnceStep(
+            fn,
+            name,
+            kind,
+            session_param=session_param,
+            run_param=run_param,
+            retry_event=retry_event,
+            failed_event=failed_event,
+        )
 
     return wrap

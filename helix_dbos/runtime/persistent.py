@@ -75,15 +75,16 @@ def live_workflow(state: SessionState) -> str | None:
 
 @DBOS.workflow(name=names.PERSISTENT_WORKFLOW)
 async def run_persistent(
-    session_id: str, run_id: str, agent_type: str, root_session_id: str
+    session_id: str, run_id: str, agent_type: str, root_session_id: str, layout: int = 1
 ) -> dict[str, Any]:
     """Run ``run_id``'s turn (its entry is committed), then each turn the inbox hands over,
-    until the session has been idle for the agent's ``idle_ttl``."""
+    until the session has been idle for the agent's ``idle_ttl``. Its turns record
+    ``layout`` (``names.TURN_LAYOUT``; 1 for a workflow recorded before the argument)."""
     with patience(None):
         workflow_id = DBOS.workflow_id or ""
         turns = 0
         while True:
-            outcome = await _Turn(session_id, run_id, agent_type, root_session_id).run()
+            outcome = await _Turn(session_id, run_id, agent_type, root_session_id, layout).run()
             # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
             await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
             turns += 1
@@ -314,7 +315,12 @@ async def start_persistent(state: SessionState, run_id: str, workflow_id: str) -
     returns the existing one when it already started under that id)."""
     with SetWorkflowID(workflow_id):
         return await DBOS.start_workflow_async(
-            run_persistent, state.session_id, run_id, state.agent_type, state.root_session_id
+            run_persistent,
+            state.session_id,
+            run_id,
+            state.agent_type,
+            state.root_session_id,
+            layout=names.TURN_LAYOUT,
         )
 
 

@@ -259,7 +259,12 @@ class AgentRuntime:
         workflow_id = names.turn_workflow_id(session_id, turn_id)
         with SetWorkflowID(workflow_id):
             workflow = await DBOS.start_workflow_async(
-                run_turn, session_id, turn_id, state.agent_type, state.root_session_id
+                run_turn,
+                session_id,
+                turn_id,
+                state.agent_type,
+                state.root_session_id,
+                layout=names.TURN_LAYOUT,
             )
         task = getattr(workflow, "task", None)
         if task is not None:

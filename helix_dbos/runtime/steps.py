@@ -6,6 +6,7 @@ Every step that writes session state is exactly-once (see ``once.py``).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable
@@ -60,6 +61,7 @@ __all__ = [
     "commit_results",
     "finish_turn",
     "log_settled",
+    "model_answer",
     "model_step",
     "run_server_tool",
     "tool_result_message",
@@ -80,12 +82,18 @@ def _retryable(exc: BaseException) -> bool:
 # -- the model ------------------------------------------------------------------------------
 
 
+#: How a retryable provider error is retried: attempts in all, the first pause and its growth.
+MODEL_ATTEMPTS = 4
+MODEL_RETRY_INTERVAL_SECONDS = 0.5
+MODEL_RETRY_BACKOFF = 2.0
+
+
 @DBOS.step(
     name=names.MODEL_STEP,
     retries_allowed=True,
-    max_attempts=4,
-    interval_seconds=0.5,
-    backoff_rate=2.0,
+    max_attempts=MODEL_ATTEMPTS,
+    interval_seconds=MODEL_RETRY_INTERVAL_SECONDS,
+    backoff_rate=MODEL_RETRY_BACKOFF,
     should_retry=_retryable,
 )
 async def model_step(
@@ -96,16 +104,65 @@ async def model_step(
     step: int,
     summary: TurnSummary,
 ) -> ModelStepResult | FencedResult:
+    """Layout 1 (a DBOS step): ``model_answer`` under the step's own checkpoint slot."""
+    return await _model_once(
+        marker("model"), session_id, root_session_id, run_id, agent_type, step, summary
+    )
+
+
+async def model_answer(
+    slot: str,
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    agent_type: str,
+    step: int,
+    summary: TurnSummary,
+) -> ModelStepResult | FencedResult:
     """Call the model on the session's conversation and commit its answer, exactly once.
 
-    The commit (see ``_commit_model``) appends the assistant message and registers the
-    suspending calls. A re-execution after the commit returns the committed answer: the
-    provider is called again only when nothing was committed.
+    Layout 2: plain workflow code whose checkpoint (``slot``) makes it exactly-once. The
+    commit (see ``_commit_model``) appends the assistant message and registers the
+    suspending calls. A re-execution after the commit (a replay) returns the committed
+    answer: the provider is called again only when nothing was committed. A retryable
+    provider error is retried ``MODEL_ATTEMPTS`` times in all, with backoff; the last one is
+    raised.
 
     Returns:
         ``{"response", "llm", "plan", "deadlines"}``.
     """
-    slot = marker("model")
+    attempt = 1
+    while True:
+        try:
+            return await _model_once(
+                slot, session_id, root_session_id, run_id, agent_type, step, summary
+            )
+        except Exception as exc:
+            if attempt >= MODEL_ATTEMPTS or not _retryable(exc):
+                raise
+            delay = MODEL_RETRY_INTERVAL_SECONDS * MODEL_RETRY_BACKOFF ** (attempt - 1)
+            log_event(
+                "turn.model_retry",
+                sessionId=session_id,
+                runId=run_id,
+                attempt=attempt,
+                delaySeconds=delay,
+                errorCode=getattr(exc, "code", None),
+            )
+            attempt += 1
+            await asyncio.sleep(delay)
+
+
+async def _model_once(
+    slot: str,
+    session_id: str,
+    root_session_id: str,
+    run_id: str,
+    agent_type: str,
+    step: int,
+    summary: TurnSummary,
+) -> ModelStepResult | FencedResult:
+    """One attempt of ``model_answer`` (layout 2) or ``model_step`` (layout 1)."""
     ctx = current()
     state, done, history = await ctx.store.step_inputs(session_id, slot)
     if done is not None:

@@ -2,9 +2,13 @@
 
 Replay and crash behaviour, at each await:
 
-* ``model_step``: calls the model and commits its answer, exactly once (``once.py``); a replay
-  returns the recorded response, the provider is not called again.
+* ``model_answer``: calls the model and commits its answer, exactly once (``once.py``); a
+  replay returns the recorded response, the provider is not called again.
 * ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
+
+These three are the workflow's own code, recorded by their checkpoints (layout 2,
+``names.TURN_LAYOUT``); a turn recorded by contract-1 replays them as the DBOS steps it
+recorded (layout 1).
 * ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
   a restart re-arms with the remaining time; an answer sent while the process was down is
   buffered and consumed at once.
@@ -66,11 +70,15 @@ Ending = Literal["completed", "failed"]
 
 @DBOS.workflow(name=names.TURN_WORKFLOW)
 async def run_turn(
-    session_id: str, turn_id: str, agent_type: str, root_session_id: str
+    session_id: str, turn_id: str, agent_type: str, root_session_id: str, layout: int = 1
 ) -> TurnOutcome:
-    """Run one turn of ``session_id`` (its entry message is already committed)."""
+    """Run one turn of ``session_id`` (its entry message is already committed).
+
+    ``layout`` is the step layout the turn records (``names.TURN_LAYOUT``); a turn recorded
+    before it was an argument replays in layout 1, the default.
+    """
     with patience(None):
-        return await _Turn(session_id, turn_id, agent_type, root_session_id).run()
+        return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
 
 
 class _Stopped(Exception):
@@ -79,9 +87,16 @@ class _Stopped(Exception):
 
 class _Turn:
     def __init__(
-        self, session_id: str, turn_id: str, agent_type: str, root_session_id: str
+        self,
+        session_id: str,
+        turn_id: str,
+        agent_type: str,
+        root_session_id: str,
+        layout: int = names.TURN_LAYOUT,
     ) -> None:
         self.session_id = session_id
+        self.layout = layout
+        self.workflow_id = DBOS.workflow_id or ""
         self.root_session_id = root_session_id
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
@@ -136,16 +151,16 @@ class _Turn:
             self.summary["outputTokens"] += usage.get("output_tokens", 0)
         return await self._finish("failed", "", self._error(cause, exc.code, exc.retryable))
 
+    def _slot(self, step: int, kind: str) -> str:
+        """The checkpoint id of a layout-2 commit of this run."""
+        return names.turn_slot(self.workflow_id, self.run_id, step, kind)
+
     async def _model(self, step: int) -> ModelStepResult | FencedResult:
         """The step's committed model answer (a subclass may start from a restored one)."""
-        return await steps.model_step(
-            self.session_id,
-            self.root_session_id,
-            self.run_id,
-            self.agent_type,
-            step,
-            self.summary,
-        )
+        args = (self.session_id, self.root_session_id, self.run_id, self.agent_type, step)
+        if self.layout == 1:
+            return await steps.model_step(*args, self.summary)
+        return await steps.model_answer(self._slot(step, "model"), *args, self.summary)
 
     async def _step(self, step: int) -> TurnOutcome | None:
         committed = _check_fence(await self._model(step))
@@ -195,8 +210,11 @@ class _Turn:
                         item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
                     )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
-        settled = await steps.commit_results(
-            self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken
+        args = (self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken)
+        settled = await (
+            steps.commit_results(*args)
+            if self.layout == 1
+            else steps.commit_results.direct(self._slot(step, "results"), *args)
         )
         ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
@@ -273,7 +291,12 @@ class _Turn:
         _check_fence(started)
         with SetWorkflowID(names.turn_workflow_id(child_session, child_turn)):
             handle = await DBOS.start_workflow_async(
-                run_turn, child_session, child_turn, child_agent, self.root_session_id
+                run_turn,
+                child_session,
+                child_turn,
+                child_agent,
+                self.root_session_id,
+                layout=names.TURN_LAYOUT,
             )
         try:
             outcome: TurnOutcome = await handle.get_result()
@@ -301,15 +324,12 @@ class _Turn:
     async def _finish(
         self, outcome: Ending, text: str, error: TurnError | None, output: Any = None
     ) -> TurnOutcome:
+        args = (self.session_id, self.run_id, outcome, text, error, self.summary)
         _check_fence(
-            await steps.finish_turn(
-                self.session_id,
-                self.run_id,
-                outcome,
-                text,
-                error,
-                self.summary,
-                self.root_session_id,
+            await (
+                steps.finish_turn(*args, self.root_session_id)
+                if self.layout == 1
+                else steps.finish_turn.direct(self._slot(-1, "finish"), *args, self.root_session_id)
             )
         )
         log_event(

@@ -153,7 +153,7 @@ def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 def assert_each_turn_ran_once(url: str, sids: list[str]) -> None:
     """Per session: user, assistant (the call), ONE tool result, ONE final answer; and one
-    DBOS record per step of the turn's workflows."""
+    exactly-once checkpoint per model answer of the turn's workflows (none recorded twice)."""
     for sid in sids:
         roles = [
             r
@@ -166,9 +166,8 @@ def assert_each_turn_ran_once(url: str, sids: list[str]) -> None:
         assert roles == ["user", "assistant", "tool", "assistant"], (sid, roles)
         models = sql(
             url,
-            "SELECT count(*) FROM dbos.operation_outputs o JOIN __agents_states s "
-            "ON o.workflow_uuid LIKE 'helix:' || s.session_id || ':%%' "
-            "WHERE s.session_id = %s AND o.function_name = 'helix.turn.model'",
+            "SELECT count(*) FROM __agents_checkpoints "
+            "WHERE session_id = %s AND checkpoint_id LIKE 'helix:%%:model'",
             sid,
         )
         assert models == [(2,)], (sid, models)

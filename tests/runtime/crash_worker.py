@@ -1,8 +1,9 @@
 """A child process for the crash tests.
 
-``park URL N``: launch a runtime (fixed executor id and version), start turns whose model asks
-for client calls ("1 edit", "2 edits", ...), print one JSON line per turn with its pending call
-ids, then wait to be killed.
+``park URL N [LAYOUT]``: launch a runtime (fixed executor id and version), start turns whose
+model asks for client calls ("1 edit", "2 edits", ...), print one JSON line per turn with its
+pending call ids, then wait to be killed. ``LAYOUT`` 1 records the turns as contract-1 did
+(every commit a DBOS step), as a process of that release would have left them.
 ``submit URL SESSION CALL...``: launch with ANOTHER executor id (so it recovers nothing),
 submit a result for each call, print the answers, exit.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, names
 from tests.runtime.agents import editor_agent
 
 EXECUTOR = "crash-exec"
@@ -28,7 +29,8 @@ def settings(url: str, executor: str = EXECUTOR) -> HelixSettings:
     return HelixSettings(database_url=url, executor_id=executor, application_version=VERSION)
 
 
-async def park(url: str, n: int) -> None:
+async def park(url: str, n: int, layout: int) -> None:
+    names.TURN_LAYOUT = layout  # what this process's turns record (a release's constant)
     runtime = AgentRuntime([editor_agent(timeout=120)], settings(url))
     await runtime.launch()
     for i in range(n):
@@ -54,6 +56,7 @@ async def submit(url: str, session: str, calls: list[str]) -> None:
 if __name__ == "__main__":
     mode, url = sys.argv[1], sys.argv[2]
     if mode == "park":
-        asyncio.run(park(url, int(sys.argv[3])))
+        layout = int(sys.argv[4]) if len(sys.argv) > 4 else names.TURN_LAYOUT
+        asyncio.run(park(url, int(sys.argv[3]), layout))
     else:
         asyncio.run(submit(url, sys.argv[3], sys.argv[4:]))

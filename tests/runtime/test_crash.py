@@ -9,14 +9,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, names
 from tests.processes import reaped
 from tests.runtime import crash_worker
 from tests.runtime.agents import editor_agent
 
 WORKER = Path(crash_worker.__file__)
+
+
+async def _recorded_steps(url: str, session_id: str) -> set[str]:
+    """The names of the DBOS steps recorded by the session's turn workflows."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT function_name FROM dbos.operation_outputs WHERE workflow_uuid LIKE %s",
+            (f"helix:{session_id}:%",),
+        )
+        return {row[0] for row in await cur.fetchall()}
 
 
 def _run(*args: str) -> subprocess.Popen[str]:
@@ -30,12 +41,13 @@ def _run(*args: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-async def test_sigkill_with_parked_turns(pg_url: str) -> None:
+@pytest.mark.parametrize("layout", [1, 2])
+async def test_sigkill_with_parked_turns(pg_url: str, layout: int) -> None:
     """Kill a process with 4 parked turns (6 calls); submit some calls while it is down and
     the rest after a new process recovers them; every turn completes, no result lost or
-    duplicated."""
+    duplicated. Layout 1 is a turn parked by a contract-1 release, recovered by this one."""
     turns = []
-    with reaped(_run("park", pg_url, "4")) as parker:
+    with reaped(_run("park", pg_url, "4", str(layout))) as parker:
         assert parker.stdout is not None
         for line in parker.stdout:
             if line.strip() == "parked":
@@ -75,5 +87,10 @@ async def test_sigkill_with_parked_turns(pg_url: str) -> None:
             results = [m.tool_call_id for m in history if m.role == "tool"]
             assert results == turn["calls"]  # one result per call, in order, none duplicated
             assert history[-1].role == "assistant" and history[-1].content.startswith("results:")
+            steps = await _recorded_steps(pg_url, turn["session"])
+            # Layout 1 records each commit as a DBOS step; layout 2 records none of them.
+            assert (names.MODEL_STEP in steps) is (layout == 1)
+            assert (names.COMMIT_RESULTS_STEP in steps) is (layout == 1)
+            assert "DBOS.recv" in steps
     finally:
         await runtime.shutdown()

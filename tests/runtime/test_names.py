@@ -27,6 +27,7 @@ def test_durable_names_are_pinned() -> None:
     assert names.submit_idempotency_key("r", "tc") == "r:tc"
     assert names.approval_id("r", "tc") == "r::tc"
     assert names.child_session_id("s", "tc") == "s.tc"
+    assert names.turn_slot("w", "r", 3, "model") == "w:r:3:model"
 
 
 def test_continuation_run_ids() -> None:

@@ -153,7 +153,9 @@ def test_id_formats_are_pinned() -> None:
 
 def test_contract_version() -> None:
     """The contract's version; a bump is a CHANGELOG.md entry."""
-    assert names.CONTRACT_VERSION == "contract-1"
+    assert names.CONTRACT_VERSION == "contract-2"
+    assert sorted(names.REPLAYABLE_VERSIONS) == ["0.1.0", "contract-1"]
+    assert names.TURN_LAYOUT == 2
 
 
 def test_the_recorded_values_have_the_pinned_shapes() -> None:
