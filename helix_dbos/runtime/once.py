@@ -81,9 +81,11 @@ async def commit_once(
     """Run ``body``'s writes and the checkpoint holding its result in one transaction.
 
     ``attempts`` bounds the retries on lost compare-and-swap races (logged as
-    ``retry_event`` / ``failed_event`` with ``session_ids``). ``read_first=False``: the caller
-    has just read the slot and found nothing, so the first attempt skips that read (a retried
-    attempt always reads: the commit it retries may have landed).
+    ``retry_event`` / ``failed_event`` with ``session_ids``). ``read_first=False`` skips the
+    first attempt's read of the slot: for a body whose writes cannot land twice (its guard
+    fails once it has committed, or the checkpoint's key refuses the second), the slot is read
+    only when the body is fenced or the checkpoint already exists. A retried attempt always
+    reads: the commit it retries may have landed.
 
     ``body`` may run several times (the transaction is retried as a whole); it writes only
     through the store (which joins the bound transaction) and logs nothing.
@@ -124,6 +126,14 @@ async def commit_once(
             failed_event=failed_event,
             log_fields={"sessionIds": session_ids or [session_id]},
         )
+    except Fenced:
+        if read_first:
+            raise
+        # The run moved on: maybe because this very commit landed (a replay).
+        done = await recorded(slot)
+        if done is None:
+            raise
+        return done["state"]["result"]  # type: ignore[no-any-return]
     except IntegrityError:
         # A concurrent execution of the same step committed first: its result is ours.
         done = await recorded(slot)
@@ -160,8 +170,10 @@ class OnceStep(Generic[P, R]):
         run_param: str,
         retry_event: str | None,
         failed_event: str | None,
+        read_first: bool,
     ) -> None:
         self._fn = fn
+        self._read_first = read_first
         self._kind = kind
         self._signature = inspect.signature(fn)
         self._session_param = session_param
@@ -191,6 +203,7 @@ class OnceStep(Generic[P, R]):
                 retry_event=self._retry_event,
                 failed_event=self._failed_event,
                 session_ids=_session_ids(bound, self._session_param),
+                read_first=self._read_first,
             )
         except Fenced as fenced:
             return {FENCED: fenced.reason}
@@ -204,8 +217,10 @@ def exactly_once(
     run_param: str = "run_id",
     retry_event: str | None = None,
     failed_event: str | None = None,
+    read_first: bool = True,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], OnceStep[P, R]]:
     """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``.
+    ``read_first``: see ``commit_once``.
 
     The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
     (bound by name, so positional and keyword calls file the same). A fenced commit returns
@@ -221,6 +236,7 @@ def exactly_once(
             run_param=run_param,
             retry_event=retry_event,
             failed_event=failed_event,
+            read_first=read_first,
         )
 
     return wrap

@@ -514,6 +514,9 @@ def tool_result_message(result: ToolResult) -> Message:
     "results",
     retry_event="client_tool.clear_pending_retry",
     failed_event="client_tool.clear_failed_exhausted",
+    # Once committed, the run has moved on (its guard fails) or, for server tools only, the
+    # tool results' unique index refuses a second copy: no read of the slot first.
+    read_first=False,
 )
 async def commit_results(
     session_id: str,
@@ -664,7 +667,7 @@ def _end(status: str, error: TurnError | None) -> Callable[[dict[str, SessionSta
     return end
 
 
-@exactly_once(names.FINISH_STEP, "finish")
+@exactly_once(names.FINISH_STEP, "finish", read_first=False)  # once ended, its guard fails
 async def finish_turn(
     session_id: str,
     run_id: str,

@@ -9,15 +9,18 @@ import pytest
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.runtime.once import commit_once, exactly_once, step_connection
+from helix_dbos.store.store import Fenced, guard
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 
 
+@pytest.mark.parametrize("read_first", [True, False])
 async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
-    make_runtime: MakeRuntime,
+    make_runtime: MakeRuntime, read_first: bool
 ) -> None:
-    """The second execution of a slot (a crash before DBOS recorded the step, or a concurrent
-    duplicate) returns the first execution's result, and its writes are rolled back."""
+    """The second execution of a slot (a replay, or a concurrent duplicate) returns the first
+    execution's result, and its writes are rolled back; without a first read, the
+    checkpoint's key refuses the second copy."""
     runtime = await make_runtime([editor_agent()])
     store = runtime.store
     await store.create_session(
@@ -34,15 +37,50 @@ async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
         )
         return {"execution": n}
 
-    first = await commit_once("wf:1:test", "s", "r", 0, body)
-    again = await commit_once("wf:1:test", "s", "r", 0, body)
-    racing = await asyncio.gather(*[commit_once("wf:2:test", "s", "r", 0, body) for _ in range(5)])
+    first = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
+    again = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
+    racing = await asyncio.gather(
+        *[commit_once("wf:2:test", "s", "r", 0, body, read_first=read_first) for _ in range(5)]
+    )
     assert first == again == {"execution": 1}
     assert len({r["execution"] for r in racing}) == 1
     contents = [m.content for m in await store.load_messages("s")]
     assert contents.count("write 1") == 1 and len(contents) == 2
     state = await store.get("s")
     assert state.latest_checkpoint_id == "wf:2:test"
+
+
+async def test_a_replay_fenced_by_its_own_landed_commit_returns_the_recorded_result(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Without a first read (the turn's results and finish commits), a replayed commit finds
+    its run moved on by its own first execution: that is its recorded result, not a stop. A
+    commit fenced with nothing recorded stays fenced."""
+    runtime = await make_runtime([editor_agent()])
+    store = runtime.store
+    await store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s", run_id="r")
+    )
+    calls = 0
+
+    async def body() -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+
+        def move(states: dict[str, SessionState]) -> None:
+            guard(states["s"], "r", ("idle",))
+            states["s"].run_id = "r:continuation"
+
+        await store.update(["s"], move, conn=await step_connection())
+        return {"execution": calls}
+
+    first = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    again = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    assert first == again == {"execution": 1}
+    assert calls == 2  # the replay ran its body, was fenced, and read the recorded result
+    with pytest.raises(Fenced):
+        await commit_once("wf:2:results", "s", "r", 0, body, read_first=False)
+    assert (await store.get("s")).run_id == "r:continuation"
 
 
 async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
