@@ -3,10 +3,17 @@ shape (model step, park on recv, submit, model step), measured in the same run.
 
 Reports suspend and resume p50/p95 (ms), process CPU per round trip (ms), SQL statements per
 round trip (every engine of the process: ours and DBOS's), sessions/s at concurrency 1 and
-16, RSS per parked session with N parked, and Postgres transactions per round trip
-(xact_commit delta), with the ratio helix / raw of each.
+16, RSS per parked session with N parked (and the process's threads before and after
+parking them), and Postgres transactions per round trip (xact_commit delta), with the ratio
+helix / raw of each.
 
     .venv/bin/python bench/roundtrip.py [--iterations 200] [--parked 1000]
+    .venv/bin/python bench/roundtrip.py --only parked --parked 10000
+    .venv/bin/python bench/roundtrip.py --only parked --parked 1000 --trace-files
+
+``--trace-files`` also diffs tracemalloc snapshots taken before and after parking and prints
+the bytes per parked session grouped by source file (tracing inflates RSS: read its RSS
+figure as void).
 
 It creates and drops its own database on the local Postgres (HELIX_TEST_PG_URL, an admin URL).
 """
@@ -15,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import resource
 import statistics
 import sys
+import threading
 import time
+import tracemalloc
 import uuid
 from typing import Any
 
@@ -57,7 +67,8 @@ AGENT = define_agent(
     "bench",
     # A real adapter keeps no conversation; neither does the benchmark's scripted model.
     llm=ScriptedLLM(script, keep_requests=0),
-    tools=[define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=600)],
+    # Long enough for 10,000 turns to park and stay parked while they are measured.
+    tools=[define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=3600)],
 )
 
 _raw_parked: set[str] = set()
@@ -81,7 +92,7 @@ async def raw_turn(i: int) -> Any:
     wid = DBOS.workflow_id or ""
     _raw_parked.add(wid)
     try:
-        answer = await DBOS.recv_async(first["toolCallId"], timeout_seconds=600)
+        answer = await DBOS.recv_async(first["toolCallId"], timeout_seconds=3600)
     finally:
         _raw_parked.discard(wid)
     await raw_model(i + 1)
@@ -94,6 +105,15 @@ def rss_kib() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def os_threads() -> int:
+    """The process's OS threads (Python's and native ones, e.g. a driver's)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return threading.active_count()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -174,7 +194,14 @@ async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) ->
     return total / (time.perf_counter() - t0)
 
 
-async def parked_rss(kind: str, rt: AgentRuntime, n: int) -> float:
+async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[str, Any]:
+    """Park ``n`` sessions (16 starting at a time) and keep them parked: RSS per parked session,
+    threads before and after."""
+    gc.collect()
+    threads0 = os_threads()
+    if trace:
+        tracemalloc.start(1)
+        snap0 = tracemalloc.take_snapshot()
     before = rss_kib()
     sem = asyncio.Semaphore(16)
 
@@ -189,8 +216,28 @@ async def parked_rss(kind: str, rt: AgentRuntime, n: int) -> float:
                     await DBOS.start_workflow_async(raw_turn, 10**9 + i)
                 await wait_in(_raw_parked, wid)
 
+    t0 = time.perf_counter()
     await asyncio.gather(*[one(i) for i in range(n)])
-    return (rss_kib() - before) / n
+    elapsed = time.perf_counter() - t0
+    gc.collect()
+    figures: dict[str, Any] = {
+        "rss_kib_per_parked": (rss_kib() - before) / n,
+        "threads_before_parking": threads0,
+        "threads_parked": os_threads(),
+        "python_threads_parked": threading.active_count(),
+        "parked_per_s": n / elapsed,
+    }
+    if trace:
+        snap1 = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        stats = snap1.compare_to(snap0, "filename")
+        total = sum(s.size_diff for s in stats)
+        print(f"{kind}: tracemalloc {total / n / 1024:.2f} KiB per parked session", flush=True)
+        for stat in stats[:15]:
+            name = stat.traceback[0].filename
+            short = "/".join(name.split("/")[-3:])
+            print(f"  {stat.size_diff / n:9.0f} B  {stat.count_diff / n:6.2f} blocks  {short}")
+    return figures
 
 
 async def main() -> None:
@@ -198,6 +245,17 @@ async def main() -> None:
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--throughput", type=int, default=200)
     parser.add_argument("--parked", type=int, default=1000)
+    parser.add_argument(
+        "--only",
+        choices=("all", "parked", "round-trip"),
+        default="all",
+        help="parked: only the parked-memory figures; round-trip: all but them",
+    )
+    parser.add_argument(
+        "--trace-files",
+        action="store_true",
+        help="also print tracemalloc bytes per parked session by source file",
+    )
     args = parser.parse_args()
     name = f"helix_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN, autocommit=True) as conn:
@@ -207,19 +265,37 @@ async def main() -> None:
         [AGENT], HelixSettings(database_url=url, executor_id="bench", application_version="bench")
     )
     await rt.launch()
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"raw_dbos": {}, "helix": {}}
     try:
-        for label, fn in (("raw_dbos", raw_round_trip), ("helix", helix_round_trip)):
-            x0 = xacts(url)
-            lat = await latency(fn, rt, args.iterations)
-            lat["pg_xacts_per_round_trip"] = (xacts(url) - x0) / (args.iterations + 10)
-            for c in (1, 16):
-                lat[f"sessions_per_s_c{c}"] = await throughput(fn, rt, c, args.throughput)
-            report[label] = lat
-        for label in ("raw_dbos", "helix"):
-            report[label]["rss_kib_per_parked"] = await parked_rss(
-                "raw" if label == "raw_dbos" else "helix", rt, args.parked
-            )
+        if args.only != "parked":
+            for label, fn in (("raw_dbos", raw_round_trip), ("helix", helix_round_trip)):
+                x0 = xacts(url)
+                lat = await latency(fn, rt, args.iterations)
+                lat["pg_xacts_per_round_trip"] = (xacts(url) - x0) / (args.iterations + 10)
+                for c in (1, 16):
+                    lat[f"sessions_per_s_c{c}"] = await throughput(fn, rt, c, args.throughput)
+                report[label].update(lat)
+        else:
+            # A few warm-up round trips each, so that first-use allocations (imports, pools,
+            # compiled statements) are not counted as the parked sessions' memory.
+            for fn in (raw_round_trip, helix_round_trip):
+                for _ in range(10):
+                    await fn(rt)
+        if args.only != "round-trip":
+            # DBOS's thread pool grows with load up to its bound, whatever parks: grow it
+            # first, so that its threads are not counted as the parked sessions' memory (the
+            # threads figures show that parking adds none).
+            for fn in (raw_round_trip, helix_round_trip):
+                await asyncio.gather(*[fn(rt) for _ in range(64)])
+            for label in ("raw_dbos", "helix"):
+                report[label].update(
+                    await parked_rss(
+                        "raw" if label == "raw_dbos" else "helix",
+                        rt,
+                        args.parked,
+                        args.trace_files,
+                    )
+                )
         report["ratios_helix_over_raw"] = {
             k: report["helix"][k] / report["raw_dbos"][k]
             for k in report["helix"]

@@ -60,6 +60,8 @@ from .submit import wake_answered
 __all__ = ["Repair", "heal", "heal_forever"]
 
 _ENDED_WORKFLOW = frozenset({"SUCCESS", "ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
+_PAGE = 500
+"""Running workflows read per query by a pass (and sessions per lookup)."""
 
 
 @dataclass(frozen=True)
@@ -101,19 +103,32 @@ async def heal(
         repair = await _heal_active(ctx, state, status, can_start, grace_seconds)
         if repair is not None:
             repairs.append(repair)
-    ids = [
-        w.workflow_id
-        for name in (names.TURN_WORKFLOW, names.PERSISTENT_WORKFLOW)
-        for w in await ctx.dbos().list_workflows_async(
-            status="PENDING", name=name, load_input=False, load_output=False
+    # Every running turn is PENDING (thousands may be parked): read them a page at a time, so
+    # that a pass holds one page, not all of them, at once. The orphans it cancels leave the
+    # list (the next page starts that much earlier); a workflow that ends on its own meanwhile
+    # shifts the pages too, and what a pass misses, the next one sees.
+    offset = 0
+    while True:
+        page = await ctx.dbos().list_workflows_async(
+            status="PENDING",
+            name=[names.TURN_WORKFLOW, names.PERSISTENT_WORKFLOW],
+            load_input=False,
+            load_output=False,
+            limit=_PAGE,
+            offset=offset,
         )
-    ]
-    if ids:
-        for state in await ctx.store.settled_before(cutoff, active=False, workflow_ids=ids):
-            if records.marks(state.metadata, state.workflow_id):
-                continue  # a persistent session between turns: its workflow waits, healthy
-            repairs.append(await _cancel_orphan(ctx, state))
-    return repairs
+        ids = [w.workflow_id for w in page]
+        del page
+        cancelled = 0
+        if ids:
+            for state in await ctx.store.settled_before(cutoff, active=False, workflow_ids=ids):
+                if records.marks(state.metadata, state.workflow_id):
+                    continue  # a persistent session between turns: its workflow waits, healthy
+                repairs.append(await _cancel_orphan(ctx, state))
+                cancelled += 1
+        if len(ids) < _PAGE:
+            return repairs
+        offset += _PAGE - cancelled
 
 
 async def heal_forever(

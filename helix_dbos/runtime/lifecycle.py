@@ -397,13 +397,17 @@ async def apply_lifecycle(
 class _RestoredTurn(_Turn):
     """A turn whose first step is a restored batch: no model call, no invented result."""
 
+    __slots__ = ("committed",)
+
     def __init__(self, *args: Any, committed: ModelStepResult | None) -> None:
         super().__init__(*args)
         self.committed = committed
 
     async def _model(self, step: int) -> ModelStepResult | FencedResult:
         if step == 0 and self.committed is not None:
-            return self.committed
+            # Handed over once: the turn does not keep the restored answer while it parks.
+            committed, self.committed = self.committed, None
+            return committed
         return await super()._model(step)
 
 

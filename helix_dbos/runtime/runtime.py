@@ -32,6 +32,8 @@ from .turn import run_turn
 __all__ = ["AgentRuntime", "TurnHandle"]
 
 _TERMINAL = frozenset({"completed", "failed", "interrupted"})
+_FIRST_SWEEP = 64
+"""How many started workflows the runtime keeps before it first sweeps out finished ones."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class AgentRuntime:
         self._healing = asyncio.Event()
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
+        self._sweep_started_at = _FIRST_SWEEP
         self.fleet: Fleet | None = None
         """This process's executor in the fleet (after ``launch``)."""
         self.signals = EventSignals(self.settings.urls)
@@ -212,6 +215,20 @@ class AgentRuntime:
             await asyncio.sleep(0.01)
         self._started = {w: t for w, t in self._started.items() if not t.done()}
 
+    def _remember(self, workflow_id: str, workflow: Any) -> None:
+        """Keep a started workflow's in-process task for the shutdown's grace wait.
+
+        Finished ones are swept when the map has doubled since the last sweep, not at every
+        start: with thousands of turns parked, a sweep per start made starting quadratic.
+        """
+        task = getattr(workflow, "task", None)
+        if task is None:
+            return
+        if len(self._started) >= self._sweep_started_at:
+            self._started = {w: t for w, t in self._started.items() if not t.done()}
+            self._sweep_started_at = max(_FIRST_SWEEP, 2 * len(self._started))
+        self._started[workflow_id] = task
+
     async def __aenter__(self) -> AgentRuntime:
         await self.launch()
         return self
@@ -266,10 +283,7 @@ class AgentRuntime:
                 state.root_session_id,
                 layout=names.TURN_LAYOUT,
             )
-        task = getattr(workflow, "task", None)
-        if task is not None:
-            self._started = {w: t for w, t in self._started.items() if not t.done()}
-            self._started[workflow_id] = task
+        self._remember(workflow_id, workflow)
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
     async def _enter_persistent(
@@ -277,10 +291,7 @@ class AgentRuntime:
     ) -> TurnHandle:
         """A persistent session's message: to its live workflow's inbox, or a new workflow."""
         entered = await persistent.deliver(self.ctx, session_id, agent_type, message, turn_id)
-        task = getattr(entered.workflow, "task", None)
-        if task is not None:
-            self._started = {w: t for w, t in self._started.items() if not t.done()}
-            self._started[entered.workflow_id] = task
+        self._remember(entered.workflow_id, entered.workflow)
         if entered.delivery == "delivered" and self.fleet is not None:
             # The live workflow's process may be gone: adopt it now, not at the next sweep.
             await self.fleet.ensure_runner(session_id)
@@ -409,9 +420,7 @@ class AgentRuntime:
         workflow_id, workflow = await lifecycle.start_lifecycle(
             session_id, run_id, op, message, checkpoint_id
         )
-        task = getattr(workflow, "task", None)
-        if task is not None:
-            self._started[workflow_id] = task
+        self._remember(workflow_id, workflow)
         return TurnHandle(session_id, run_id, workflow_id, workflow)
 
     async def checkpoints(self, session_id: str) -> list[dict[str, Any]]:

@@ -86,6 +86,9 @@ class _Stopped(Exception):
 
 
 class _Turn:
+    # Slots: one of these lives as long as its turn is parked, and many turns park at once.
+    __slots__ = ("agent", "agent_type", "root_session_id", "run_id", "session_id", "summary")
+
     def __init__(
         self,
         session_id: str,
@@ -233,9 +236,10 @@ class _Turn:
         Returns the calls woken with an answer, each with the answer's time: the commit waits
         until those answers are visible to it.
         """
-        ctx = current()
+        _forget_inputs(suspending)
+        parked = current().parked
         workflow_id = DBOS.workflow_id or ""
-        ctx.parked.add(workflow_id)
+        parked.add(workflow_id)
         woken: WokenAnswers = {}
         try:
             for item in suspending:
@@ -260,7 +264,7 @@ class _Turn:
                 elif kind in ("abandon", "stop"):
                     break
         finally:
-            ctx.parked.discard(workflow_id)
+            parked.discard(workflow_id)
         return woken
 
     async def _resolve(
@@ -359,6 +363,17 @@ def _outcome(
 ) -> TurnOutcome:
     """The workflow's result (a sub-agent's parent reads it as the tool result)."""
     return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
+
+
+def _forget_inputs(items: list[PlanItem]) -> None:
+    """Drop the parked calls' inputs from their plan items (in place).
+
+    An input can be large (a file's content) and a parked turn should hold little. After the
+    park nothing reads a suspending call's input from the plan: its pending entry (committed
+    with the model's answer) holds it, and that is what an approved call runs with.
+    """
+    for item in items:
+        cast(dict[str, Any], item).pop("input", None)
 
 
 def _ids(item: ToolCallRef) -> ToolCallRef:

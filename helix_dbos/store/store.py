@@ -82,8 +82,8 @@ UsageRow = dict[str, Any]
 #: answers ``store_unavailable``. Durable code (turns, the reconciler) waits for ever.
 REQUEST_PATIENCE_SECONDS = 3.0
 
-_patience: ContextVar[float | None] = ContextVar("helix_store_patience", default=None)
-_patience_set: ContextVar[bool] = ContextVar("helix_store_patience_set", default=False)
+_patience: ContextVar[tuple[float | None] | None] = ContextVar("helix_store_patience", default=None)
+"""The innermost ``patience`` block's seconds, boxed (``None``: outside any block)."""
 _bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", default=None)
 _pointing: ContextVar[Pointing | None] = ContextVar("helix_store_pointing", default=None)
 
@@ -194,19 +194,21 @@ def guard(state: SessionState, run_id: str | None, statuses: Iterable[str]) -> N
 
 
 class _Patience:
-    # A plain class, not a generator context manager: every parked turn holds one open.
-    __slots__ = ("_flag", "_seconds", "_token")
+    # A plain class, not a generator context manager, and one context variable, not two:
+    # every parked turn holds one open.
+    __slots__ = ("_seconds", "_token")
 
     def __init__(self, seconds: float | None) -> None:
         self._seconds = seconds
 
     def __enter__(self) -> None:
-        self._token = _patience.set(self._seconds)
-        self._flag = _patience_set.set(True)
+        self._token = _patience.set(_FOREVER if self._seconds is None else (self._seconds,))
 
     def __exit__(self, *_exc: object) -> None:
         _patience.reset(self._token)
-        _patience_set.reset(self._flag)
+
+
+_FOREVER: tuple[float | None] = (None,)
 
 
 def patience(seconds: float | None) -> _Patience:
@@ -217,7 +219,8 @@ def patience(seconds: float | None) -> _Patience:
 
 
 def _current_patience() -> float | None:
-    return _patience.get() if _patience_set.get() else REQUEST_PATIENCE_SECONDS
+    boxed = _patience.get()
+    return REQUEST_PATIENCE_SECONDS if boxed is None else boxed[0]
 
 
 def _backoff(attempt: int) -> float:

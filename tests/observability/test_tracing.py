@@ -72,6 +72,58 @@ def test_no_sdk_means_no_op_spans() -> None:
     assert tracing.wait_outcome({"kind": "abandon"}) == "abandoned"
 
 
+def test_an_unrecorded_wait_keeps_nothing() -> None:
+    # Without a recording provider every wait shares one empty handle: a parked turn keeps
+    # no span, no context token and no attributes across its park.
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        pytest.skip("an SDK provider is installed in this process")
+    first = tracing.client_tool_wait_span(
+        tool_name="t", tool_call_id="a", session_id="s", run_id="r"
+    )
+    second = tracing.client_tool_wait_span(
+        tool_name="t", tool_call_id="b", session_id="s", run_id="r"
+    )
+    assert first is second
+
+
+def test_an_error_in_the_wait_is_recorded_on_both_spans(spans: InMemorySpanExporter) -> None:
+    before = trace.get_current_span()
+    with (
+        pytest.raises(RuntimeError),
+        tracing.client_tool_wait_span(
+            tool_name="t", tool_call_id="c", session_id="s", run_id="r", deadline_at=5
+        ) as span,
+    ):
+        assert trace.get_current_span().name == tracing.WAIT_SPAN  # type: ignore[attr-defined]
+        span.set_outcome("answered")
+        raise RuntimeError("boom")
+    assert trace.get_current_span() is before
+    (wait,) = _named(spans, tracing.WAIT_SPAN)
+    (call,) = _named(spans, tracing.TOOL_CALL_SPAN)
+    assert _parent_of(wait, spans) is call
+    for span_ in (wait, call):
+        assert span_.status.status_code == trace.StatusCode.ERROR
+        assert span_.status.description == "RuntimeError: boom"
+        assert [e.name for e in span_.events] == ["exception"]
+        assert dict(span_.attributes or {})["outcome"] == "answered"
+        assert dict(span_.attributes or {})["deadlineAt"] == 5
+    assert wait.end_time is not None and call.end_time is not None
+    assert wait.end_time <= call.end_time
+
+
+def test_a_cancelled_wait_ends_its_spans_without_an_error(spans: InMemorySpanExporter) -> None:
+    # A cancellation (DBOS cancels a stopped workflow) is not an error of the wait.
+    with (
+        pytest.raises(asyncio.CancelledError),
+        tracing.client_tool_wait_span(tool_name="t", tool_call_id="c", session_id="s", run_id="r"),
+    ):
+        raise asyncio.CancelledError
+    for name in (tracing.WAIT_SPAN, tracing.TOOL_CALL_SPAN):
+        (ended,) = _named(spans, name)
+        assert ended.end_time is not None
+        assert ended.status.status_code == trace.StatusCode.UNSET
+
+
 async def test_wait_span_nests_under_the_tool_call_with_its_ids(
     launch: Any, spans: InMemorySpanExporter
 ) -> None:

@@ -14,6 +14,7 @@ from dbos import DBOS
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, control
+from helix_dbos.runtime import heal as heal_module
 from helix_dbos.runtime.entry import open_turn
 from helix_dbos.runtime.heal import heal
 from helix_dbos.testing import capture_log_events
@@ -135,6 +136,34 @@ async def test_a_stop_that_never_cancelled_its_workflow_is_finished(
     status = await DBOS.get_workflow_status_async(workflow_id)
     assert status is not None and status.status == "CANCELLED"
     assert (await rt.session(sid)).status == "interrupted"
+
+
+async def test_unenforced_stops_across_pages_are_all_finished_in_one_pass(
+    make_runtime: Any, monkeypatch: Any
+) -> None:
+    """A pass reads the running workflows a page at a time: orphans on every page, and parked
+    healthy turns between them, are each judged once in the same pass."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    monkeypatch.setattr(heal_module, "_PAGE", 2)
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    sessions = [(await parked(rt))[0] for _ in range(5)]
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    stopped = sessions[::2]  # the 1st, 3rd and 5th: on pages 1, 2 and 3
+    for sid in stopped:
+        await rt.interrupt(sid)
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert sorted((r.session_id, r.action) for r in repairs) == sorted(
+        (sid, "cancelled") for sid in stopped
+    )
+    for sid in stopped:
+        status = await DBOS.get_workflow_status_async((await rt.session(sid)).workflow_id or "")
+        assert status is not None and status.status == "CANCELLED"
+    for sid in sessions[1::2]:
+        assert (await rt.session(sid)).status == "suspended_client_tool"
 
 
 async def test_a_lost_wake_up_is_sent_again(make_runtime: Any, monkeypatch: Any) -> None:
