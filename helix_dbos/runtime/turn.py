@@ -87,7 +87,16 @@ class _Stopped(Exception):
 
 class _Turn:
     # Slots: one of these lives as long as its turn is parked, and many turns park at once.
-    __slots__ = ("agent", "agent_type", "root_session_id", "run_id", "session_id", "summary")
+    __slots__ = (
+        "agent",
+        "agent_type",
+        "layout",
+        "root_session_id",
+        "run_id",
+        "session_id",
+        "summary",
+        "workflow_id",
+    )
 
     def __init__(
         self,
