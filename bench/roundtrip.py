@@ -2,10 +2,10 @@
 shape (model step, park on recv, submit, model step), measured in the same run.
 
 Reports suspend and resume p50/p95 (ms), process CPU per round trip (ms), SQL statements per
-round trip (every engine of the process: ours and DBOS's), sessions/s at concurrency 1 and
-16, RSS per parked session with N parked (and the process's threads before and after
-parking them), and Postgres transactions per round trip (xact_commit delta), with the ratio
-helix / raw of each.
+round trip (every statement a psycopg cursor of the process sends: ours and DBOS's),
+sessions/s at concurrency 1 and 16, RSS per parked session with N parked (and the process's
+threads before and after parking them), and Postgres transactions per round trip
+(xact_commit delta), with the ratio helix / raw of each.
 
     .venv/bin/python bench/roundtrip.py [--iterations 200] [--parked 1000]
     .venv/bin/python bench/roundtrip.py --only parked --parked 10000
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import inspect
 import json
 import os
 import resource
@@ -37,8 +38,6 @@ from typing import Any
 import psycopg
 from dbos import DBOS, SetWorkflowID
 from pydantic import BaseModel
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent, define_tool
@@ -75,10 +74,33 @@ _raw_parked: set[str] = set()
 _statements = 0
 
 
-@event.listens_for(Engine, "before_cursor_execute")
-def _count(*_args: Any) -> None:
-    global _statements
-    _statements += 1
+def _counted(cls: Any, name: str) -> None:
+    """Count every statement a psycopg cursor sends: SQLAlchemy's, DBOS's, and those the
+    store sends on the driver connection itself (which SQLAlchemy's events never see). The
+    pool's pre-ping (``;``) is left out, as SQLAlchemy's events always left it out."""
+    original = getattr(cls, name)
+
+    if inspect.iscoroutinefunction(original):
+
+        async def counted_async(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            global _statements
+            _statements += query != ";"
+            return await original(self, query, *args, **kwargs)
+
+        setattr(cls, name, counted_async)
+    else:
+
+        def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            global _statements
+            _statements += query != ";"
+            return original(self, query, *args, **kwargs)
+
+        setattr(cls, name, counted)
+
+
+for _cls in (psycopg.Cursor, psycopg.AsyncCursor):
+    for _name in ("execute", "executemany"):
+        _counted(_cls, _name)
 
 
 @DBOS.step(name="bench.raw.model")

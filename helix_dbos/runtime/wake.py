@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..observability.log import log_event
+from ..store.batch import settle
 from .context import RuntimeContext
 from .records import InboxMessage, TurnMessage
 
@@ -78,6 +79,8 @@ async def send_in_transaction(
     """
     client = ctx.client
     assert client is not None, "no DBOS client to enlist with"
+    # The store's queued writes (the answer) go first: the message follows them.
+    await settle(conn)
     try:
         await conn.run_sync(
             lambda sync_conn: client.send_in_transaction(

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.messages import Message
+from .batch import CHECKPOINTS, MESSAGES, settle
 from .schema import checkpoints, messages
 
 __all__ = [
@@ -79,6 +80,7 @@ def checkpoint_kind(checkpoint_id: str) -> str:
 
 async def load_rows(conn: AsyncConnection, session_id: str) -> list[LogRow]:
     """Every row of the session, marked or not, oldest first."""
+    await settle(conn, (MESSAGES,))
     rows = (
         await conn.execute(
             sa.select(messages.c.message_id, messages.c.role, messages.c.content, messages.c.run_id)
@@ -101,6 +103,7 @@ async def mark_rewound(
     """Take rows out of the conversation (kept for audit): ``content.rewound`` is set."""
     if not message_ids:
         return
+    await settle(conn, (MESSAGES,))
     rows = (
         await conn.execute(
             sa.select(messages.c.message_id, messages.c.content).where(
@@ -131,6 +134,7 @@ async def list_checkpoints(
     conn: AsyncConnection, session_id: str, checkpoint_id: str | None = None
 ) -> list[CheckpointRow]:
     """The session's checkpoints, newest first (or the one named, if it is the session's)."""
+    await settle(conn, (CHECKPOINTS,))
     query = sa.select(
         checkpoints.c.checkpoint_id,
         checkpoints.c.session_id,

@@ -15,6 +15,14 @@ transaction back: nothing is written.
 Inside ``transact`` (and inside a step's commit, see ``runtime/once.py``) the transaction is
 bound to the running task: a store method called there without ``conn`` joins it, so a write
 can never silently land outside the step's transaction.
+
+On Postgres the writes of such a transaction whose caller needs nothing back from the database
+(new rows, compare-and-swaps, messages, usage, events, checkpoints) are queued and sent as ONE
+statement right before COMMIT (``batch.py``); a read in the transaction sends them first, so
+the transaction reads its own writes. A lost compare-and-swap or a conflict (a duplicate
+checkpoint id) then fails the transaction at that statement instead of at the write: the same
+error, and nothing of the transaction lands. The hot reads and that statement go to psycopg
+directly (``pg.py``). On SQLite every write is sent when it is made, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..observability.log import log_event
+from . import pg
+from .batch import CHECKPOINTS, EVENTS, MESSAGES, STATES, begin, current_batch, end, settle
 from .faults import is_transient
 from .history import LIVE_MESSAGE
 from .schema import checkpoints, events, messages, states, usage
@@ -106,7 +116,6 @@ _STATE_COLUMNS = (
 )
 _STATE_BY_ID = states.select().where(states.c.session_id == sa.bindparam("sid"))
 _STATES_BY_IDS = states.select().where(states.c.session_id.in_(sa.bindparam("ids", expanding=True)))
-_STATES_FOR_UPDATE = _STATES_BY_IDS.order_by(states.c.session_id).with_for_update()
 _SAVE_STATE = (
     states.update()
     .where(
@@ -405,11 +414,14 @@ class SessionStore:
         await self.engine.dispose()
 
     @asynccontextmanager
-    async def _read(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
+    async def _read(
+        self, conn: AsyncConnection | None, reads: Iterable[str] = (STATES,)
+    ) -> AsyncIterator[AsyncConnection]:
         """Join ``conn`` (or the bound transaction), or read on an autocommit connection (no
-        BEGIN/COMMIT round trips)."""
+        BEGIN/COMMIT round trips). Joining, the queued writes to ``reads`` are sent first."""
         conn = conn if conn is not None else _bound.get()
         if conn is not None:
+            await settle(conn, reads)
             yield conn
             return
         async with self.engine.connect() as new_conn:
@@ -427,6 +439,7 @@ class SessionStore:
         """
         conn = conn if conn is not None else _bound.get()
         if conn is not None:
+            await settle(conn)  # what runs here sees every queued write
             yield conn
             return
         async with self.engine.begin() as new_conn:
@@ -479,9 +492,18 @@ class SessionStore:
         async def once() -> T:
             async with self.engine.begin() as conn:
                 token = _bound.set(conn)
+                if self.dialect != "postgresql":
+                    try:
+                        return await body(conn)
+                    finally:
+                        _bound.reset(token)
+                batch, queueing = begin(conn)
                 try:
-                    return await body(conn)
+                    value = await body(conn)
+                    await batch.flush()  # the queued writes, in one statement, before COMMIT
+                    return value
                 finally:
+                    end(queueing)
                     _bound.reset(token)
 
         return await _retrying(
@@ -499,6 +521,12 @@ class SessionStore:
     ) -> SessionState:
         """Insert a new session row (version 0)."""
         now = _now()
+        batch = current_batch(conn)
+        if batch is not None:
+            await batch.create(
+                state.session_id, {"created_at": now.isoformat(), **_state_values(state)}
+            )
+            return state.model_copy(update={"version": 0})
         async with self.transaction(conn) as c:
             await c.execute(
                 states.insert().values(
@@ -518,6 +546,9 @@ class SessionStore:
     ) -> SessionState | None:
         """The session, or ``None``."""
         async with self._read(conn) as c:
+            if self.dialect == "postgresql":
+                found = await pg.fetch(c, pg.STATE_BY_ID, (session_id,))
+                return pg.state_from_tuple(found[0]) if found else None
             row = (await c.execute(_STATE_BY_ID, {"sid": session_id})).first()
         return _state_from_row(row) if row is not None else None
 
@@ -539,6 +570,9 @@ class SessionStore:
         """The sessions that exist among ``session_ids``."""
         ids = list(dict.fromkeys(session_ids))
         async with self._read(conn) as c:
+            if self.dialect == "postgresql":
+                found = await pg.fetch(c, pg.STATES_BY_IDS, (ids,))
+                return {s.session_id: s for s in map(pg.state_from_tuple, found)}
             rows = (await c.execute(states.select().where(states.c.session_id.in_(ids)))).all()
         return {s.session_id: s for s in map(_state_from_row, rows)}
 
@@ -554,6 +588,12 @@ class SessionStore:
         if note is not None and note.session_id == state.session_id:
             values["latest_checkpoint_id"] = note.checkpoint_id
             note.done = True
+        batch = current_batch(conn)
+        if batch is not None:
+            # Checked when the queue is sent: a lost race fails the transaction then.
+            values["updated_at"] = _now().isoformat()
+            await batch.save(state.session_id, state.version, values)
+            return state.model_copy(update={"version": state.version + 1})
         values.update(b_session_id=state.session_id, b_version=state.version, b_updated_at=_now())
         async with self.transaction(conn) as c:
             result = await c.execute(_SAVE_STATE, values)
@@ -629,9 +669,16 @@ class SessionStore:
     ) -> dict[str, SessionState]:
         """The rows, locked for this transaction on Postgres (in id order: no deadlock), so
         concurrent writers queue instead of losing their compare-and-swap."""
-        query = _STATES_FOR_UPDATE if self.dialect == "postgresql" else _STATES_BY_IDS
-        rows = (await conn.execute(query, {"ids": ids})).all()
-        return {s.session_id: s for s in map(_state_from_row, rows)}
+        if self.dialect != "postgresql":
+            rows = (await conn.execute(_STATES_BY_IDS, {"ids": ids})).all()
+            return {s.session_id: s for s in map(_state_from_row, rows)}
+        await settle(conn, (STATES,))
+        found = await pg.fetch(conn, pg.LOCK_STATES, (ids,))
+        batch = current_batch(conn)
+        if batch is not None:
+            for row in found:  # locked: their event sequences cannot move under this transaction
+                batch.hold(row[0], row[pg.EVENT_SEQ])
+        return {s.session_id: s for s in map(pg.state_from_tuple, found)}
 
     def _check_size(self, state: SessionState) -> None:
         if self.max_state_bytes is None:
@@ -719,6 +766,24 @@ class SessionStore:
         if not new:
             return
         now = _now()
+        batch = current_batch(conn)
+        if batch is not None:
+            at = now.isoformat()
+            batch.messages(
+                session_id,
+                [
+                    {
+                        "session_id": session_id,
+                        "role": m.role,
+                        "tool_call_id": m.tool_call_id,
+                        "content": m.to_row(),
+                        "run_id": run_id,
+                        "created_at": at,
+                    }
+                    for m in new
+                ],
+            )
+            return
         async with self.transaction(conn) as c:
             await c.execute(
                 messages.insert(),
@@ -740,7 +805,7 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> list[Message]:
         """The session's conversation, oldest first (rows a rewind took out are skipped)."""
-        async with self._read(conn) as c:
+        async with self._read(conn, (MESSAGES,)) as c:
             rows = (
                 await c.execute(
                     sa.select(messages.c.role, messages.c.content)
@@ -761,13 +826,21 @@ class SessionStore:
         Raises:
             SessionNotFoundError: no such session.
         """
+        if self.dialect == "postgresql":
+            async with self._read(conn, (STATES, CHECKPOINTS, MESSAGES)) as c:
+                found = await pg.fetch(c, pg.STEP_INPUTS, (slot, session_id))
+            if not found:
+                raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
+            *selected, done, rows = found[0]
+            history = [Message.from_row(r, c) for r, c in rows or ()]
+            return pg.state_from_tuple(selected), done, history
         recorded = (
             sa.select(checkpoints.c.state)
             .where(checkpoints.c.checkpoint_id == slot)
             .scalar_subquery()
             .label("recorded_state")
         )
-        async with self._read(conn) as c:
+        async with self._read(conn, (STATES, CHECKPOINTS, MESSAGES)) as c:
             row = (
                 await c.execute(
                     sa.select(states, recorded).where(states.c.session_id == session_id)
@@ -796,6 +869,22 @@ class SessionStore:
         if not new:
             return 0
         now = _now()
+        batch = current_batch(conn)
+        if batch is not None and batch.held_seq(session_id) is not None:
+            at = now.isoformat()
+            return batch.events(
+                session_id,
+                [
+                    {
+                        "session_id": session_id,
+                        "run_id": run_id,
+                        "type": e["type"],
+                        "data": e.get("data", {}),
+                        "created_at": at,
+                    }
+                    for e in new
+                ],
+            )
         async with self.transaction(conn) as c:
             if self.dialect == "postgresql":
                 # One round trip: the sequence is taken and the rows inserted in one statement.
@@ -814,7 +903,10 @@ class SessionStore:
                 sequences = [r[0] for r in rows]
                 if not sequences:
                     raise sa.exc.NoResultFound(f"No session {session_id!r} to append events to")
-                return int(max(sequences))
+                last = int(max(sequences))
+                if batch is not None:
+                    batch.hold(session_id, last)  # the row is locked by that update now
+                return last
             last = (
                 await c.execute(
                     states.update()
@@ -849,7 +941,7 @@ class SessionStore:
         conn: AsyncConnection | None = None,
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
-        async with self._read(conn) as c:
+        async with self._read(conn, (EVENTS,)) as c:
             rows = (
                 await c.execute(
                     events.select()
@@ -890,6 +982,10 @@ class SessionStore:
             }
             for r in rows
         ]
+        batch = current_batch(conn)
+        if batch is not None:
+            batch.usage(values)
+            return
         async with self.transaction(conn) as c:
             stmt: sa.Executable
             if self.dialect == "postgresql":
@@ -924,6 +1020,21 @@ class SessionStore:
         runtime's exactly-once marker for a step's writes).
         """
         checkpoint_id = checkpoint_id or f"cp_{uuid.uuid4().hex}"
+        batch = current_batch(conn)
+        if batch is not None:
+            await batch.checkpoint(
+                {
+                    "checkpoint_id": checkpoint_id,
+                    "session_id": session_id,
+                    "run_id": run_id,
+                    "step_count": step_count,
+                    "message_count": message_count,
+                    "state": state,
+                    "created_at": (created_at or _now()).isoformat(),
+                },
+                pointed=pointed,
+            )
+            return checkpoint_id
         count: Any = message_count
         if count is None:
             count = (
@@ -970,7 +1081,10 @@ class SessionStore:
         self, checkpoint_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:
         """One checkpoint by id, or ``None``."""
-        async with self._read(conn) as c:
+        async with self._read(conn, (CHECKPOINTS,)) as c:
+            if self.dialect == "postgresql":
+                found = await pg.fetch(c, pg.CHECKPOINT_BY_ID, (checkpoint_id,))
+                return dict(zip(pg.CHECKPOINT_COLUMNS, found[0], strict=True)) if found else None
             row = (await c.execute(_CHECKPOINT_BY_ID, {"checkpoint_id": checkpoint_id})).first()
         return dict(row._mapping) if row is not None else None
 
@@ -979,7 +1093,7 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:
         """The checkpoint the session points at (never "highest step count")."""
-        async with self._read(conn) as c:
+        async with self._read(conn, (STATES, CHECKPOINTS)) as c:
             row = (
                 await c.execute(
                     sa.select(checkpoints)

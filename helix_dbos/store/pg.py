@@ -1,0 +1,123 @@
+"""The hot statements of a round trip on Postgres, sent on the transaction's driver connection.
+
+A session's reads and the flush of a transaction's queued writes run on every step of every
+turn. SQLAlchemy Core costs more Python than the statement itself there (compiling, cache
+keys, events, result wrapping, a greenlet hop per call), so these go to psycopg directly, on
+the connection (and in the transaction) SQLAlchemy checked out: fixed SQL texts, which psycopg
+prepares after a few uses as it does SQLAlchemy's.
+
+Errors look as if SQLAlchemy had run the statement: a driver error is raised as SQLAlchemy's
+``DBAPIError`` subclass (``IntegrityError`` for a conflict), and a connection that broke under
+the statement is handed to SQLAlchemy, which invalidates it (and the pool's older connections)
+as for any statement of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..core.session import PendingCall, SessionState, Tombstone
+
+__all__ = [
+    "CHECKPOINT_BY_ID",
+    "CHECKPOINT_COLUMNS",
+    "LOCK_STATES",
+    "STATE_BY_ID",
+    "STATES_BY_IDS",
+    "STEP_INPUTS",
+    "fetch",
+    "state_from_tuple",
+]
+
+#: The session row's columns as these statements select them (``state_from_tuple``'s order).
+_STATE_SELECT = (
+    "session_id, agent_type, root_session_id, parent_session_id, status, run_id, workflow_id, "
+    "version, pending_client_tool_calls, client_tool_call_ownership, "
+    "completed_client_tool_calls, metadata, error, latest_checkpoint_id, event_seq"
+)
+#: Index of ``event_seq`` in a selected row.
+EVENT_SEQ = 14
+
+STATE_BY_ID = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = %s"
+STATES_BY_IDS = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = ANY(%s)"
+#: Locked in id order: two transactions locking the same rows never deadlock.
+LOCK_STATES = STATES_BY_IDS + " ORDER BY session_id FOR UPDATE"
+
+CHECKPOINT_COLUMNS = (
+    "checkpoint_id",
+    "session_id",
+    "run_id",
+    "step_count",
+    "message_count",
+    "state",
+    "created_at",
+)
+CHECKPOINT_BY_ID = (
+    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM __agents_checkpoints WHERE checkpoint_id = %s"
+)
+
+#: A model step's inputs in one statement: the session, the slot's recorded result, and
+#: (unless recorded) the live conversation as ``[[role, content], ...]``.
+STEP_INPUTS = f"""
+    SELECT {", ".join(f"s.{c.strip()}" for c in _STATE_SELECT.split(","))},
+        c.state,
+        CASE WHEN c.state IS NULL THEN (
+            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
+            FROM __agents_messages AS m
+            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
+        ) END
+    FROM __agents_states AS s
+    LEFT JOIN __agents_checkpoints AS c ON c.checkpoint_id = %s
+    WHERE s.session_id = %s
+"""
+
+
+def state_from_tuple(row: tuple[Any, ...] | Any) -> SessionState:
+    """A session from a row selected in ``_STATE_SELECT``'s order."""
+    pending = row[8]
+    completed = row[10]
+    return SessionState(
+        session_id=row[0],
+        agent_type=row[1],
+        root_session_id=row[2],
+        parent_session_id=row[3],
+        status=row[4],
+        run_id=row[5],
+        workflow_id=row[6],
+        version=row[7],
+        pending={k: PendingCall.model_validate(v) for k, v in pending.items()} if pending else {},
+        ownership=dict(row[9] or {}),
+        completed=(
+            {k: Tombstone.model_validate(v) for k, v in completed.items()} if completed else {}
+        ),
+        metadata=dict(row[11] or {}),
+        error=row[12],
+        latest_checkpoint_id=row[13],
+    )
+
+
+async def fetch(
+    conn: AsyncConnection, sql: str, params: tuple[Any, ...] | dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``conn``'s driver connection, in its transaction; its rows.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: as SQLAlchemy raises it (``IntegrityError`` ...).
+    """
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    try:
+        # Every statement here returns rows (a flush ends in a SELECT).
+        return await (await driver.execute(sql, params)).fetchall()
+    except psycopg.Error as exc:
+        if driver.broken or driver.closed:
+            # Let SQLAlchemy meet the broken connection: it invalidates it (and the pool's
+            # older connections) and raises its own error, marked invalidated.
+            await conn.exec_driver_sql("SELECT 1")
+        raise sa.exc.DBAPIError.instance(
+            sql, params, exc, psycopg.Error, dialect=conn.dialect
+        ) from exc

@@ -1,0 +1,408 @@
+"""The writes of a transaction (``SessionStore.transact``), queued and sent as one statement
+before COMMIT on Postgres: what they land as is what the same writes land as one by one (and
+on SQLite, where they are still sent one by one)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from helix_dbos.core.events import event
+from helix_dbos.core.messages import Message, ToolCall
+from helix_dbos.core.session import SessionState
+from helix_dbos.errors import StaleStateError
+from helix_dbos.store.store import SessionStore
+from tests.store.store_builders import pending_call, session
+
+
+async def _count(store: SessionStore, table: str, session_id: str) -> int:
+    async with store.engine.connect() as conn:
+        found = await conn.execute(
+            sa.text(f"SELECT COUNT(*) FROM {table} WHERE session_id = :s"), {"s": session_id}
+        )
+        return int(found.scalar_one())
+
+
+def _usage(key: str, session_id: str = "s1") -> dict[str, Any]:
+    return {"session_id": session_id, "source_type": "llm", "value": 1, "dedupe_key": key}
+
+
+@pytest.fixture
+def statements() -> Iterator[list[str]]:
+    """The statements every async psycopg cursor sends while the test runs."""
+    sent: list[str] = []
+    original = psycopg.AsyncCursor.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return await original(self, query, *args, **kwargs)
+
+    psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.AsyncCursor.execute = original  # type: ignore[method-assign]
+
+
+async def test_a_transaction_reads_its_own_queued_writes(store: SessionStore) -> None:
+    """Every read in the transaction sees the writes made before it in the transaction."""
+
+    async def body(conn: AsyncConnection) -> None:
+        await store.create_session(session("s1", status="running", run_id="r"), conn)
+        assert (await store.get("s1", conn)).status == "running"
+        await store.append_messages("s1", "r", [Message(role="user", content="hi")], conn)
+        assert [m.content for m in await store.load_messages("s1", conn)] == ["hi"]
+        assert await store.append_events("s1", "r", [event("turn_start")], conn) == 1
+        assert [e.type for e in await store.read_events("s1", conn=conn)] == ["turn_start"]
+        await store.write_checkpoint(
+            "s1", "r", step_count=1, state={}, checkpoint_id="c", conn=conn
+        )
+        assert (await store.get_checkpoint("c", conn) or {})["message_count"] == 1
+        assert (await store.latest_checkpoint("s1", conn) or {})["checkpoint_id"] == "c"
+        saved, _ = await store.update(["s1"], lambda s: None, conn=conn)
+        assert saved["s1"].version == 1
+        assert (await store.get("s1", conn)).version == 1
+        state, done, history = await store.step_inputs("s1", "c", conn)
+        assert (state.version, done, history) == (1, {}, [])
+
+    await store.transact(body)
+    assert (await store.get("s1")).version == 1
+
+
+async def test_a_step_commit_lands_whole_with_its_compare_and_swap(store: SessionStore) -> None:
+    """A model step's commit: the row's compare-and-swap (moving its checkpoint pointer), the
+    message, usage, events and checkpoint all land, in order, with the sequences and counts
+    the same writes have one by one."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+    await store.append_messages("s1", "r", [Message(role="user", content="go")])
+    assert await store.append_events("s1", "r", [event("turn_start")]) == 1
+
+    async def commit(conn: AsyncConnection) -> int:
+        await store.append_messages(
+            "s1",
+            "r",
+            [Message(role="assistant", tool_calls=[ToolCall(id="t1", name="ask", input={})])],
+            conn,
+        )
+        await store.record_usage([_usage("u1")], conn)
+        with store.pointing("s1", "slot") as pointed:
+
+            def register(states: dict[str, SessionState]) -> None:
+                states["s1"].pending["t1"] = pending_call("t1", "ask", "r")
+                states["s1"].status = "suspended_client_tool"
+
+            await store.update(["s1"], register, conn=conn)
+        last = await store.append_events("s1", "r", [event("text"), event("suspended")], conn)
+        await store.write_checkpoint(
+            "s1", "r", step_count=1, state={"ok": 1}, checkpoint_id="slot",
+            pointed=pointed.done, conn=conn,
+        )  # fmt: skip
+        return last
+
+    assert await store.transact(commit) == 3
+    state = await store.get("s1")
+    assert (state.version, state.status, list(state.pending)) == (
+        1,
+        "suspended_client_tool",
+        ["t1"],
+    )
+    assert state.latest_checkpoint_id == "slot"
+    assert [m.role for m in await store.load_messages("s1")] == ["user", "assistant"]
+    assert [(e.sequence, e.type) for e in await store.read_events("s1")] == [
+        (1, "turn_start"),
+        (2, "text"),
+        (3, "suspended"),
+    ]
+    checkpoint = await store.get_checkpoint("slot")
+    assert checkpoint is not None
+    assert (checkpoint["message_count"], checkpoint["state"]) == (2, {"ok": 1})
+    assert await _count(store, "__agents_usage", "s1") == 1
+    # The next append continues the sequence the row holds.
+    assert await store.append_events("s1", "r", [event("text")]) == 4
+
+
+@pytest.mark.postgres_only
+async def test_a_step_commit_is_two_statements(
+    pg_store: SessionStore, statements: list[str]
+) -> None:
+    """On Postgres the commit above is the lock of its rows and one statement of writes."""
+    store = pg_store
+    await store.create_session(session("s1", status="running", run_id="r"))
+    await store.create_session(session("c1", root="s1", status="running", run_id="r"))
+    statements.clear()
+
+    async def commit(conn: AsyncConnection) -> None:
+        await store.append_messages("c1", "r", [Message(role="assistant", content="x")], conn)
+        await store.record_usage([_usage("u1", "c1")], conn)
+        with store.pointing("c1", "slot") as pointed:
+            await store.update(["c1", "s1"], lambda s: None, conn=conn)
+        await store.append_events("c1", "r", [event("text")], conn)
+        await store.write_checkpoint(
+            "c1", "r", step_count=1, state={}, checkpoint_id="slot", pointed=pointed.done,
+            conn=conn,
+        )  # fmt: skip
+
+    await store.transact(commit)
+    assert len(statements) == 2, statements
+    assert "FOR UPDATE" in statements[0]
+    assert (await store.get("c1")).latest_checkpoint_id == "slot"
+    assert (await store.get("s1")).version == 1
+
+
+async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
+    store: SessionStore,
+) -> None:
+    """A compare-and-swap from a stale version fails the transaction: none of the writes
+    queued with it (messages, usage, events, checkpoint) land."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+    stale = await store.get("s1")
+    await store.update(["s1"], lambda s: None)  # another writer moves the row on
+
+    async def commit(conn: AsyncConnection) -> None:
+        await store.append_messages("s1", "r", [Message(role="user", content="x")], conn)
+        await store.record_usage([_usage("u1")], conn)
+        await store.append_events("s1", "r", [event("text")], conn)
+        stale.status = "completed"
+        await store.save(stale, conn)
+        await store.write_checkpoint(
+            "s1", "r", step_count=1, state={}, checkpoint_id="c", conn=conn
+        )
+
+    with pytest.raises(StaleStateError):
+        await store.transact(commit, attempts=1)
+    state = await store.get("s1")
+    assert (state.version, state.status) == (1, "running")
+    assert await store.load_messages("s1") == []
+    assert await store.read_events("s1") == []
+    assert await store.get_checkpoint("c") is None
+    assert await _count(store, "__agents_usage", "s1") == 0
+    # The row's sequence did not move either: the next event is the first.
+    assert await store.append_events("s1", "r", [event("text")]) == 1
+
+
+async def test_a_duplicate_checkpoint_still_raises_and_lands_nothing(
+    store: SessionStore,
+) -> None:
+    """A second commit of the same step (same checkpoint id) fails with IntegrityError, which
+    ``commit_once`` reads as "another execution won", and its other writes are rolled back."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+
+    async def commit(conn: AsyncConnection, text: str) -> None:
+        await store.append_messages("s1", "r", [Message(role="assistant", content=text)], conn)
+        await store.update(["s1"], lambda s: None, conn=conn)
+        await store.append_events("s1", "r", [event("text", text=text)], conn)
+        await store.write_checkpoint(
+            "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot", conn=conn
+        )
+
+    await store.transact(lambda c: commit(c, "first"))
+    with pytest.raises(sa.exc.IntegrityError):
+        await store.transact(lambda c: commit(c, "second"))
+    assert [m.content for m in await store.load_messages("s1")] == ["first"]
+    assert [e.data["text"] for e in await store.read_events("s1")] == ["first"]
+    assert (await store.get_checkpoint("slot") or {})["state"] == {"text": "first"}
+    assert (await store.get("s1")).version == 1
+
+
+async def test_concurrent_duplicate_commits_one_wins(store: SessionStore) -> None:
+    """Two executions of one step committing at once: one lands, the other raises
+    IntegrityError (and the winner's result is the checkpoint's)."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+
+    async def commit(text: str) -> str:
+        async def body(conn: AsyncConnection) -> str:
+            await store.append_messages("s1", "r", [Message(role="assistant", content=text)], conn)
+            await store.append_events("s1", "r", [event("text", text=text)], conn)
+            await store.write_checkpoint(
+                "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot", conn=conn
+            )
+            return text
+
+        return await store.transact(body)
+
+    results = await asyncio.gather(commit("a"), commit("b"), return_exceptions=True)
+    won = [r for r in results if isinstance(r, str)]
+    assert len(won) == 1, results
+    assert all(isinstance(r, sa.exc.IntegrityError) for r in results if not isinstance(r, str))
+    assert (await store.get_checkpoint("slot") or {})["state"] == {"text": won[0]}
+    assert [m.content for m in await store.load_messages("s1")] == won
+    assert [(e.sequence, e.data["text"]) for e in await store.read_events("s1")] == [(1, won[0])]
+
+
+async def test_a_duplicate_tool_result_still_fails(store: SessionStore) -> None:
+    """The database's one-result-per-call rule holds for queued messages too."""
+    await store.create_session(session("s1"))
+    result = Message(role="tool", tool_call_id="t1", tool_name="ask", content="x")
+    await store.transact(lambda c: store.append_messages("s1", "r", [result], c))
+    with pytest.raises(sa.exc.IntegrityError):
+        await store.transact(lambda c: store.append_messages("s1", "r", [result], c))
+    assert len(await store.load_messages("s1")) == 1
+
+
+async def test_concurrent_transactions_append_events_without_gaps(store: SessionStore) -> None:
+    """Transactions that lock the row and append at once get disjoint, gapless sequences, and
+    each learns its last sequence number without reading it back."""
+    await store.create_session(session("s1"))
+
+    async def writer(i: int) -> int:
+        async def body(conn: AsyncConnection) -> int:
+            await store.update(["s1"], lambda s: None, conn=conn)
+            return await store.append_events("s1", f"run-{i}", [event("text", i=i)] * 3, conn)
+
+        return await store.transact(body, attempts=50)
+
+    lasts = await asyncio.gather(*(writer(i) for i in range(8)))
+    events = await store.read_events("s1")
+    assert [e.sequence for e in events] == list(range(1, 25))
+    assert sorted(lasts) == list(range(3, 25, 3))
+    for e in events:
+        assert lasts[e.data["i"]] - 2 <= e.sequence <= lasts[e.data["i"]]
+
+
+async def test_events_of_several_sessions_and_an_unlocked_one(store: SessionStore) -> None:
+    """Interleaved appends to two locked rows, a new row and a row the transaction does not
+    hold: each session's sequence is its own and gapless."""
+    await store.create_session(session("a"))
+    await store.create_session(session("b"))
+    await store.create_session(session("free"))
+    assert await store.append_events("a", None, [event("text")]) == 1
+
+    async def body(conn: AsyncConnection) -> list[int]:
+        await store.update(["a", "b"], lambda s: None, conn=conn)
+        await store.create_session(session("new"), conn)
+        return [
+            await store.append_events("a", None, [event("text")] * 2, conn),
+            await store.append_events("b", None, [event("text")], conn),
+            await store.append_events("free", None, [event("text")], conn),
+            await store.append_events("new", None, [event("text")] * 2, conn),
+            await store.append_events("a", None, [event("text")], conn),
+            await store.append_events("free", None, [event("text")], conn),
+        ]
+
+    assert await store.transact(body) == [3, 1, 1, 2, 4, 2]
+    for sid, n in (("a", 4), ("b", 1), ("free", 2), ("new", 2)):
+        assert [e.sequence for e in await store.read_events(sid)] == list(range(1, n + 1))
+    assert await store.append_events("new", None, [event("text")]) == 3
+
+
+async def test_a_checkpoint_counts_the_messages_queued_before_it(store: SessionStore) -> None:
+    """``message_count`` defaults to the session's messages as the transaction sees them at
+    the checkpoint: those queued before it, not those queued after."""
+    await store.create_session(session("s1"))
+    await store.append_messages("s1", None, [Message(role="user", content="0")])
+
+    async def body(conn: AsyncConnection) -> None:
+        await store.append_messages(
+            "s1", None, [Message(role="user", content="1"), Message(role="user", content="2")], conn
+        )
+        await store.append_messages("other", None, [Message(role="user", content="x")], conn)
+        await store.write_checkpoint(
+            "s1", None, step_count=1, state={}, checkpoint_id="c", conn=conn
+        )
+        await store.append_messages("s1", None, [Message(role="user", content="3")], conn)
+
+    await store.transact(body)
+    assert (await store.get_checkpoint("c") or {})["message_count"] == 3
+    assert [m.content for m in await store.load_messages("s1")] == ["0", "1", "2", "3"]
+
+
+async def test_the_pointer_only_moves_forward_in_a_transaction(store: SessionStore) -> None:
+    """``write_checkpoint`` in a transaction keeps its rule: the pointer moves only to a
+    checkpoint newer than the one it names, whatever else the transaction writes."""
+    await store.create_session(session("s1"))
+    now = datetime.now(UTC)
+
+    async def write(conn: AsyncConnection, cp: str, at: datetime) -> None:
+        await store.append_events("s1", None, [event("text")], conn)  # a row write alongside
+        await store.write_checkpoint(
+            "s1", None, step_count=1, state={}, checkpoint_id=cp, created_at=at, conn=conn
+        )
+
+    async def both(conn: AsyncConnection) -> None:
+        await store.update(["s1"], lambda s: None, conn=conn)
+        await write(conn, "new", now)
+        await write(conn, "old", now - timedelta(seconds=5))
+
+    await store.transact(both)
+    assert (await store.get("s1")).latest_checkpoint_id == "new"
+    await store.transact(lambda c: write(c, "older", now - timedelta(seconds=9)))
+    assert (await store.get("s1")).latest_checkpoint_id == "new"
+    await store.transact(lambda c: write(c, "newer", now + timedelta(seconds=1)))
+    assert (await store.get("s1")).latest_checkpoint_id == "newer"
+    assert [e.sequence for e in await store.read_events("s1")] == [1, 2, 3, 4]
+
+
+async def test_usage_keys_are_kept_once_in_a_transaction(store: SessionStore) -> None:
+    """A dedupe key seen twice in one transaction, or again in a later one, is one row."""
+    await store.transact(lambda c: store.record_usage([_usage("k"), _usage("k")], c))
+    await store.transact(lambda c: store.record_usage([_usage("k"), _usage("k2")], c))
+    assert await _count(store, "__agents_usage", "s1") == 2
+
+
+async def test_a_new_session_lands_with_its_entry(store: SessionStore) -> None:
+    """A session created, given messages and events in one transaction: the row carries the
+    events' sequence, and a second creation of the id fails as ever."""
+    state = session("s1", status="running", run_id="r", metadata={"k": "v"}, error={"c": 1})
+
+    async def start(conn: AsyncConnection) -> SessionState:
+        created = await store.create_session(state, conn)
+        await store.append_messages("s1", "r", [Message(role="user", content="go")], conn)
+        await store.append_events("s1", "r", [event("turn_start"), event("user_message")], conn)
+        return created
+
+    assert (await store.transact(start)).version == 0
+    assert await store.get("s1") == state.model_copy(update={"version": 0})
+    assert await store.append_events("s1", "r", [event("text")]) == 3
+    with pytest.raises(sa.exc.IntegrityError):
+        await store.transact(start)
+    assert len(await store.load_messages("s1")) == 1
+
+
+async def test_queued_writes_wait_for_the_commit_on_postgres_only(
+    store: SessionStore,
+) -> None:
+    """On Postgres the writes are not sent until the transaction commits (or reads them); on
+    SQLite each is sent when made, as before."""
+    await store.create_session(session("s1"))
+
+    async def body(conn: AsyncConnection) -> int:
+        await store.append_messages("s1", None, [Message(role="user", content="x")], conn)
+        found = await conn.execute(sa.text("SELECT COUNT(*) FROM __agents_messages"))
+        return int(found.scalar_one())
+
+    sent_at_once = await store.transact(body)
+    assert sent_at_once == (0 if store.dialect == "postgresql" else 1)
+    assert len(await store.load_messages("s1")) == 1
+
+
+async def test_a_checkpoint_after_the_rows_own_write_moves_the_pointer(
+    store: SessionStore,
+) -> None:
+    """A checkpoint written (unpointed) after its session was created, or compare-and-swapped,
+    in the same transaction still moves the pointer: the row's write does not hide it."""
+
+    async def create(conn: AsyncConnection) -> None:
+        await store.create_session(session("s1"), conn)
+        await store.write_checkpoint(
+            "s1", None, step_count=1, state={}, checkpoint_id="a", conn=conn
+        )
+
+    await store.transact(create)
+    assert (await store.get("s1")).latest_checkpoint_id == "a"
+
+    async def swap(conn: AsyncConnection) -> None:
+        await store.update(["s1"], lambda s: None, conn=conn)
+        await store.write_checkpoint(
+            "s1", None, step_count=2, state={}, checkpoint_id="b", conn=conn
+        )
+
+    await store.transact(swap)
+    state = await store.get("s1")
+    assert (state.latest_checkpoint_id, state.version) == ("b", 1)
