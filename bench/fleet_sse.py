@@ -466,10 +466,14 @@ async def main(iterations: int, streams: int, window: float, shared: bool) -> di
             procs.append(pb)
             limits = httpx.Limits(max_connections=streams + 50)
             async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-                out.update(await latency(client, url, a, b, iterations))
-                pc, c = start_server(url, "c", logs)
-                procs.append(pc)
-                out["idle_streams"] = await idle(client, url, counter, b, c, pc, streams, window)
+                if iterations > 0:
+                    out.update(await latency(client, url, a, b, iterations))
+                if streams > 0:
+                    pc, c = start_server(url, "c", logs)
+                    procs.append(pc)
+                    out["idle_streams"] = await idle(
+                        client, url, counter, b, c, pc, streams, window
+                    )
             out["database"] = "shared server" if shared else "private cluster"
         finally:
             for p in procs:
