@@ -4,22 +4,33 @@ processes on one Postgres database.
 1. Submit -> first continuation frame on the session's ``/sse`` stream, p50/p95 (ms): the
    client submits, then attaches to the stream from the pre-submit head (as the submit answer
    tells it to); the clock runs from sending the submit to the first event of the continued
-   turn. "same" submits and streams on the process running the turn; "cross" on another
-   process (the turn wakes by DBOS's NOTIFY, the stream by ours).
+   turn (its ``tool_end``, which the turn commits: the submit writes no event). "same" submits
+   and streams on the process running the turn; "cross" on another process (the turn wakes by
+   DBOS's NOTIFY, the stream by ours). Each hop is timed on one clock: the benchmark LISTENs on
+   DBOS's message channel (the submit's commit) and on the events channel (the turn's commit),
+   and reads DBOS's step records (the ``recv`` that consumed the answer, the start of the
+   commit step).
 2. The query cost of idle open streams: N streams held open on sessions whose answers are
    stored but whose turns do not run (their process was SIGKILLed and the survivors' adoption
-   window is longer than the benchmark), measured as the database's ``xact_commit`` rate with
-   the streams open minus the rate with none, each over a fixed window.
+   window is longer than the benchmark), measured per statement with ``pg_stat_statements``
+   over a fixed window with no stream open, twice with the streams open, and after closing
+   them; the statements the streams ran while opening are listed with their calls while idle.
 
     .venv/bin/python bench/fleet_sse.py [--iterations 40] [--streams 200] [--window 10]
+        [--shared]
 
-It creates and drops its own database on the local Postgres (HELIX_TEST_PG_URL, an admin URL).
+It starts a private Postgres cluster (initdb + pg_ctl on a free port, with
+``pg_stat_statements`` preloaded) so that nothing else runs statements on it, and removes it
+at the end. ``--shared`` uses the local server instead (HELIX_TEST_PG_URL, an admin URL; its
+database is created and dropped), where only ``pg_stat_database``'s transaction counts are
+available.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -28,16 +39,35 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-ADMIN = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.faults.pgcluster import PrivateCluster, pg_available
+
+SHARED_ADMIN = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 RESULT = {"applied": 1, "failed": 0}
+#: The private cluster: statements counted per query, durable commits as in production.
+CLUSTER_CONF = (
+    "\n# fleet_sse benchmark\n"
+    "shared_preload_libraries = 'pg_stat_statements'\n"
+    "pg_stat_statements.track = top\n"
+    "pg_stat_statements.track_utility = on\n"
+    "fsync = on\n"
+    "full_page_writes = on\n"
+    "shared_buffers = 128MB\n"
+)
+#: The survivors neither adopt phase 2's stranded turns nor re-send their wake-ups while the
+#: benchmark runs: those turns exist only to hold streams open on a turn that does not move.
+SLOW = {"HELIX_ADOPT_AFTER_SECONDS": "3600", "HELIX_HEAL_GRACE_SECONDS": "3600"}
 
 
 def free_port() -> int:
@@ -85,6 +115,43 @@ def start_server(
             time.sleep(0.1)
 
 
+class Notes:
+    """The benchmark's own LISTEN on DBOS's message channel and on the events channel: the
+    moment (this process's clock) each commit's NOTIFY arrives, by channel and payload."""
+
+    CHANNELS = ("dbos_notifications_channel", "__agents_events")
+
+    def __init__(self, url: str) -> None:
+        self._conn = psycopg.connect(url, autocommit=True)
+        for channel in self.CHANNELS:
+            self._conn.execute(f'LISTEN "{channel}"')
+        self.seen: dict[tuple[str, str], list[float]] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            for note in self._conn.notifies():
+                at = time.time()
+                with self._lock:
+                    self.seen.setdefault((note.channel, note.payload), []).append(at)
+
+    def first_after(self, channel: str, payload_start: str, after: float) -> float | None:
+        with self._lock:
+            times = [
+                t
+                for (ch, payload), ts in self.seen.items()
+                if ch == channel and payload.startswith(payload_start)
+                for t in ts
+                if t >= after
+            ]
+        return min(times) if times else None
+
+    def close(self) -> None:
+        self._conn.close()  # ends the notifies() generator
+
+
 async def park(client: httpx.AsyncClient, base: str) -> tuple[str, str, int]:
     """Start a turn on ``base``; wait until parked: (session, call, last event sequence)."""
     r = await client.post(f"{base}/start", json={"agentType": "editor", "message": "hi"})
@@ -104,42 +171,82 @@ async def park(client: httpx.AsyncClient, base: str) -> tuple[str, str, int]:
 
 async def submit_to_frame(
     client: httpx.AsyncClient, submit_base: str, stream_base: str, sid: str, call: str, last: int
-) -> float:
-    began = time.perf_counter()
+) -> dict[str, Any]:
+    """One round: the client's times (wall clock, s) and the first continuation event."""
+    sent = time.time()
     r = await client.post(
         f"{submit_base}/submit-tool-result",
         json={"sessionId": sid, "toolCallId": call, "result": RESULT},
     )
+    answered = time.time()
     assert r.status_code == 200 and r.json()["continuation"]["kind"] == "new_run", r.text
-    SUBMIT_MS.append((time.perf_counter() - began) * 1000)
-    params = {"sessionId": sid, "fromSequence": last + 1}
+    params: dict[str, str | int] = {"sessionId": sid, "fromSequence": last + 1}
     async with client.stream("GET", f"{stream_base}/sse", params=params) as stream:
+        headers = time.time()
+        event_id = None
         async for line in stream.aiter_lines():
             if line.startswith("id: "):
-                return (time.perf_counter() - began) * 1000
+                event_id = line  # an event's frame (a ``pending`` list has no id)
+            elif line.startswith("data: ") and event_id is not None:
+                return {
+                    "sent": sent,
+                    "answered": answered,
+                    "headers": headers,
+                    "frame": time.time(),
+                    "type": json.loads(line[6:])["type"],
+                }
     raise RuntimeError("the stream ended without a continuation frame")
 
 
-SUBMIT_MS: list[float] = []
+def dbos_times(url: str, sid: str) -> dict[str, float]:
+    """DBOS's records of the continued turn (epoch ms -> s): the ``recv`` that consumed the
+    answer (its completion) and the commit step (its start)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT function_name, started_at_epoch_ms, completed_at_epoch_ms"
+            " FROM dbos.operation_outputs WHERE workflow_uuid LIKE %s ORDER BY function_id",
+            (f"helix:{sid}:%",),
+        ).fetchall()
+    out: dict[str, float] = {}
+    for name, started, completed in rows:
+        if name == "DBOS.recv" and completed is not None:
+            out["recv_consumed"] = completed / 1000
+        elif name == "helix.turn.commit_results" and started is not None:
+            out.setdefault("commit_step_started", started / 1000)
+    return out
 
 
-def xacts(url: str) -> int:
-    name = url.rpartition("/")[2]
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
-            (name,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+HOPS = (
+    # (label, from, to): each a point on the one clock.
+    ("submit committed (DBOS message NOTIFY)", "sent", "submit_commit"),
+    ("submit answer at the client", "sent", "answered"),
+    ("stream headers at the client", "sent", "headers"),
+    ("turn's recv consumed the answer", "sent", "recv_consumed"),
+    ("turn's commit step started", "sent", "commit_step_started"),
+    ("turn's events committed (events NOTIFY)", "sent", "events_commit"),
+    ("first continuation frame at the client", "sent", "frame"),
+)
 
 
-async def rate(url: str, window: float) -> float:
-    await asyncio.sleep(1.0)  # pg_stat counters are flushed about once a second
-    before = xacts(url)
-    await asyncio.sleep(window)
-    return (xacts(url) - before) / window
+def hop_table(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    """Median time of each point after the submit was sent, and of each hop between them."""
+    table: dict[str, Any] = {}
+    for label, start, end in HOPS:
+        values = [(r[end] - r[start]) * 1000 for r in rounds if end in r and start in r]
+        if values:
+            table[label] = round(statistics.median(values), 1)
+    gaps = {
+        "submit commit -> recv consumed": ("submit_commit", "recv_consumed"),
+        "recv consumed -> commit step started": ("recv_consumed", "commit_step_started"),
+        "commit step started -> events committed": ("commit_step_started", "events_commit"),
+        "events committed -> frame at the client": ("events_commit", "frame"),
+        "submit answer -> stream headers": ("answered", "headers"),
+    }
+    for label, (start, end) in gaps.items():
+        values = [(r[end] - r[start]) * 1000 for r in rounds if end in r and start in r]
+        if values:
+            table[label] = round(statistics.median(values), 1)
+    return table
 
 
 def pct(values: list[float], q: float) -> float:
@@ -147,85 +254,232 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def main(iterations: int, streams: int, window: float) -> dict[str, Any]:
+# -- statement counts ---------------------------------------------------------------------------
+
+
+class Counter:
+    """The database's statements (``pg_stat_statements``, when loaded) and transactions."""
+
+    def __init__(self, admin: str, url: str) -> None:
+        self.admin = admin
+        self.url = url
+        self.name = url.rpartition("/")[2]
+        with psycopg.connect(admin, autocommit=True) as conn:
+            libs = conn.execute("SHOW shared_preload_libraries").fetchone()
+        self.statements = libs is not None and "pg_stat_statements" in str(libs[0])
+        if self.statements:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    def xacts(self) -> int:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+                (self.name,),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def snapshot(self) -> dict[int, tuple[str, int]]:
+        """Calls per statement of the benchmark's database (not the benchmark's own reads)."""
+        if not self.statements:
+            return {}
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT s.queryid, s.query, s.calls FROM pg_stat_statements s"
+                " JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s"
+                " AND s.query NOT LIKE %s AND s.query NOT LIKE %s",
+                (self.name, "%pg_stat_statements%", "%pg_stat_database%"),
+            ).fetchall()
+        return {int(qid): (str(q), int(calls)) for qid, q, calls in rows}
+
+    async def window(self, seconds: float) -> dict[str, Any]:
+        """Statements and transactions per second over ``seconds`` of doing nothing."""
+        await asyncio.sleep(1.0)  # pg_stat counters are flushed about once a second
+        before, xacts = self.snapshot(), self.xacts()
+        await asyncio.sleep(seconds)
+        after, xacts_after = self.snapshot(), self.xacts()
+        calls = diff(before, after)
+        return {
+            "xacts_per_s": round((xacts_after - xacts) / seconds, 2),
+            "statements_per_s": round(sum(calls.values()) / seconds, 2)
+            if self.statements
+            else None,
+            "calls": calls,
+        }
+
+
+def diff(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for qid, (query, calls) in after.items():
+        n = calls - before.get(qid, (query, 0))[1]
+        if n > 0:
+            text = " ".join(query.split())
+            out[text[:160]] = out.get(text[:160], 0) + n
+    return out
+
+
+@contextlib.contextmanager
+def database(shared: bool) -> Iterator[tuple[str, str]]:
+    """(admin URL, a fresh database's URL): on a private cluster, else on the shared server."""
+    if not shared:
+        if not pg_available():
+            raise SystemExit("no PostgreSQL server binaries here: run with --shared")
+        with PrivateCluster.create(CLUSTER_CONF) as cluster:
+            yield cluster.admin_url, cluster.create_database()
+        return
     name = f"helix_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
+    with psycopg.connect(SHARED_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"{ADMIN.rpartition('/')[0]}/{name}"
+    try:
+        yield SHARED_ADMIN, f"{SHARED_ADMIN.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(SHARED_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def latency(
+    client: httpx.AsyncClient, url: str, a: str, b: str, iterations: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    notes = Notes(url)
+    try:
+        for label, submit_base, stream_base in (("same", a, a), ("cross", b, b)):
+            rounds: list[dict[str, float]] = []
+            types: dict[str, int] = {}
+            for i in range(iterations + 3):
+                sid, call, last = await park(client, a)
+                r = await submit_to_frame(client, submit_base, stream_base, sid, call, last)
+                if i < 3:  # warm-up
+                    continue
+                kind = str(r.pop("type"))
+                types[kind] = types.get(kind, 0) + 1
+                await asyncio.sleep(0.2)  # the turn's later steps and their NOTIFYs land
+                sc = notes.first_after("dbos_notifications_channel", f"helix:{sid}:", r["sent"])
+                ec = notes.first_after("__agents_events", sid, r["sent"])
+                if sc is not None:
+                    r["submit_commit"] = sc
+                if ec is not None:
+                    r["events_commit"] = ec
+                r.update(dbos_times(url, sid))
+                rounds.append(r)
+            frames = [(r["frame"] - r["sent"]) * 1000 for r in rounds]
+            answers = [(r["answered"] - r["sent"]) * 1000 for r in rounds]
+            out[f"submit_to_first_frame_{label}_ms"] = {
+                "p50": round(statistics.median(frames), 2),
+                "p95": round(pct(frames, 0.95), 2),
+                "n": len(frames),
+                "submit_answer_p50": round(statistics.median(answers), 2),
+                "first_frame_types": types,
+                "hops_p50_ms": hop_table(rounds),
+            }
+    finally:
+        notes.close()
+    return out
+
+
+async def idle(
+    client: httpx.AsyncClient,
+    url: str,
+    counter: Counter,
+    b: str,
+    c: str,
+    pc: Any,
+    n: int,
+    window: float,
+) -> dict[str, Any]:
+    """Phase 2: ``n`` idle streams on B, of turns whose process (C) is gone."""
+    gate = asyncio.Semaphore(16)
+
+    async def park_one() -> tuple[str, str, int]:
+        async with gate:
+            return await park(client, c)
+
+    parked = await asyncio.gather(*(park_one() for _ in range(n)))
+    pc.send_signal(signal.SIGKILL)
+    pc.wait()
+    for sid, call, _last in parked:
+        r = await client.post(
+            f"{b}/submit-tool-result",
+            json={"sessionId": sid, "toolCallId": call, "result": RESULT},
+        )
+        assert r.status_code == 200, r.text
+    without = await counter.window(window)
+    before_open = counter.snapshot()
+    opened: list[Any] = []
+    for sid, _call, last in parked:
+        ctx = client.stream("GET", f"{b}/sse", params={"sessionId": sid, "fromSequence": last + 1})
+        opened.append((ctx, await ctx.__aenter__()))
+    await asyncio.sleep(5.0)  # every stream has done its first reads
+    opening = diff(before_open, counter.snapshot())
+    with_streams = [await counter.window(window), await counter.window(window)]
+    alive = sum(1 for _ctx, resp in opened if not resp.is_closed)
+    for ctx, _resp in opened:
+        await ctx.__aexit__(None, None, None)
+    after = await counter.window(window)
+    windows = [without, *with_streams, after]
+    out: dict[str, Any] = {
+        "streams_open": alive,
+        "window_s": window,
+        "xacts_per_s": {
+            "without_streams": without["xacts_per_s"],
+            "with_streams": [w["xacts_per_s"] for w in with_streams],
+            "after_closing": after["xacts_per_s"],
+        },
+    }
+    if counter.statements:
+        # The statements the streams ran while opening (their reads), and how often each ran
+        # in the idle windows: with the streams open they must not run more than without.
+        stream_statements = {
+            q: [w["calls"].get(q, 0) for w in windows]
+            for q in sorted(opening, key=lambda q: opening[q])
+        }
+        out["statements_per_s"] = {
+            "without_streams": without["statements_per_s"],
+            "with_streams": [w["statements_per_s"] for w in with_streams],
+            "after_closing": after["statements_per_s"],
+        }
+        out["opening_statements"] = {q: opening[q] for q in stream_statements}
+        out["opening_statements_calls_per_window"] = stream_statements
+        background: dict[str, list[int]] = {}
+        for i, w in enumerate(windows):
+            for q, calls in w["calls"].items():
+                background.setdefault(q, [0] * len(windows))[i] = calls
+        out["all_statements_calls_per_window"] = dict(
+            sorted(background.items(), key=lambda kv: -sum(kv[1]))
+        )
+        out["windows"] = ["without streams", "with streams", "with streams", "after closing"]
+    return out
+
+
+async def main(iterations: int, streams: int, window: float, shared: bool) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     out: dict[str, Any] = {}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
+    with database(shared) as (admin, url), tempfile.TemporaryDirectory() as tmp:
+        try:
+            counter = Counter(admin, url)
             logs = Path(tmp)
-            # The survivors' adoption window outlasts the benchmark: phase 2's turns stay idle.
-            slow = {"HELIX_ADOPT_AFTER_SECONDS": "3600"}
-            pa, a = start_server(url, "a", logs, **slow)
+            pa, a = start_server(url, "a", logs, **SLOW)
             procs.append(pa)
-            pb, b = start_server(url, "b", logs, **slow)
+            pb, b = start_server(url, "b", logs, **SLOW)
             procs.append(pb)
             limits = httpx.Limits(max_connections=streams + 50)
             async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-                for label, submit_base, stream_base in (("same", a, a), ("cross", b, b)):
-                    samples = []
-                    SUBMIT_MS.clear()
-                    for i in range(iterations + 3):
-                        sid, call, last = await park(client, a)
-                        ms = await submit_to_frame(
-                            client, submit_base, stream_base, sid, call, last
-                        )
-                        if i >= 3:  # warm-up
-                            samples.append(ms)
-                    out[f"submit_to_first_frame_{label}_ms"] = {
-                        "p50": round(statistics.median(samples), 2),
-                        "p95": round(pct(samples, 0.95), 2),
-                        "n": len(samples),
-                        "submit_answer_p50": round(statistics.median(SUBMIT_MS[3:]), 2),
-                    }
-                # Phase 2: idle streams on B, of turns whose process is gone.
-                pc, c = start_server(url, "c", logs)
-                procs.append(pc)
-                gate = asyncio.Semaphore(16)
-
-                async def park_one() -> tuple[str, str, int]:
-                    async with gate:
-                        return await park(client, c)
-
-                parked = await asyncio.gather(*(park_one() for _ in range(streams)))
-                pc.send_signal(signal.SIGKILL)
-                pc.wait()
-                for sid, call, _last in parked:
-                    r = await client.post(
-                        f"{b}/submit-tool-result",
-                        json={"sessionId": sid, "toolCallId": call, "result": RESULT},
+                if iterations > 0:
+                    out.update(await latency(client, url, a, b, iterations))
+                if streams > 0:
+                    pc, c = start_server(url, "c", logs)
+                    procs.append(pc)
+                    out["idle_streams"] = await idle(
+                        client, url, counter, b, c, pc, streams, window
                     )
-                    assert r.status_code == 200, r.text
-                baseline = await rate(url, window)
-                opened: list[Any] = []
-                for sid, _call, last in parked:
-                    ctx = client.stream(
-                        "GET", f"{b}/sse", params={"sessionId": sid, "fromSequence": last + 1}
-                    )
-                    opened.append((ctx, await ctx.__aenter__()))
-                await asyncio.sleep(5.0)  # every stream has done its first reads
-                with_streams = await rate(url, window)
-                again = await rate(url, window)
-                alive = sum(1 for _ctx, resp in opened if not resp.is_closed)
-                for ctx, _resp in opened:
-                    await ctx.__aexit__(None, None, None)
-                out["idle_streams"] = {
-                    "streams_open": alive,
-                    "xacts_per_s_without_streams": round(baseline, 2),
-                    "xacts_per_s_with_streams": [round(with_streams, 2), round(again, 2)],
-                    "xacts_per_s_after_closing": round(await rate(url, window), 2),
-                    "window_s": window,
-                }
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        with psycopg.connect(ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            out["database"] = "shared server" if shared else "private cluster"
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     return out
 
 
@@ -234,5 +488,8 @@ if __name__ == "__main__":
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument(
+        "--shared", action="store_true", help="use the local server (HELIX_TEST_PG_URL)"
+    )
     ns = parser.parse_args()
-    print(json.dumps(asyncio.run(main(ns.iterations, ns.streams, ns.window)), indent=2))
+    print(json.dumps(asyncio.run(main(ns.iterations, ns.streams, ns.window, ns.shared)), indent=2))

@@ -244,9 +244,10 @@ def create_router(
     ) -> Response:
         await api.query(request, "sse", session_id)
         after = _after(last_event_id, from_sequence)
-        await runtime.session(session_id)  # 404 before the stream starts
+        # 404 before the stream starts; the stream's first read reuses the view.
+        view = await runtime.status(session_id)
         return StreamingResponse(
-            event_stream(runtime, session_id, after, resend_pending=after > 0),
+            event_stream(runtime, session_id, after, resend_pending=after > 0, view=view),
             media_type="text/event-stream",
             headers=SSE_HEADERS,
         )

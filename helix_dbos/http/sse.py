@@ -80,14 +80,17 @@ async def event_stream(
     *,
     resend_pending: bool,
     poll_seconds: float = POLL_SECONDS,
+    view: dict[str, Any] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the session's events after sequence ``after`` until the turn ends or parks.
 
     With ``resend_pending`` (a reconnect), a ``pending`` frame without an id first lists the
     calls the session still waits on, so a client that missed their ``tool_start`` /
-    ``tool_approval_request`` can answer them.
+    ``tool_approval_request`` can answer them. ``view``: the session's status view, read
+    just before (the route reads it for its 404); it serves the pending frame and the first
+    read's end check, so attaching costs one status read and one events read.
     """
-    body = _event_frames(runtime, session_id, after, resend_pending, poll_seconds)
+    body = _event_frames(runtime, session_id, after, resend_pending, poll_seconds, view)
     async for chunk in end_on_outage(body, _OUTAGE_TAIL):
         yield chunk
 
@@ -98,9 +101,11 @@ async def _event_frames(
     after: int,
     resend_pending: bool,
     poll_seconds: float,
+    view: dict[str, Any] | None,
 ) -> AsyncIterator[bytes]:
     if resend_pending:
-        view = await runtime.status(session_id)
+        if view is None:
+            view = await runtime.status(session_id)
         waiting = unanswered_calls(view)
         if waiting and view["status"] not in ENDED_STATUSES:
             yield frame(
@@ -111,17 +116,27 @@ async def _event_frames(
                     "data": {"toolCalls": waiting},
                 }
             )
-    async for item in follow_events(runtime, session_id, after, poll_seconds):
+    async for item in follow_events(runtime, session_id, after, poll_seconds, view=view):
         yield KEEP_ALIVE if item is None else frame(item.dump(), item.sequence)
 
 
 async def follow_events(
-    runtime: AgentRuntime, session_id: str, after: int, poll_seconds: float = POLL_SECONDS
+    runtime: AgentRuntime,
+    session_id: str,
+    after: int,
+    poll_seconds: float = POLL_SECONDS,
+    *,
+    view: dict[str, Any] | None = None,
 ) -> AsyncIterator[SessionEvent | None]:
     """The session's events after ``after``, until the turn ends or parks; ``None`` asks the
-    caller for a keep-alive (every ``HEARTBEAT_SECONDS`` of silence)."""
+    caller for a keep-alive (every ``HEARTBEAT_SECONDS`` of silence).
+
+    ``view``: a status view the caller has just read; the first read decides the end from it
+    instead of reading the status again (it was read before that read's events, which is all
+    the end check needs).
+    """
     async with runtime.signals.subscribe(session_id) as signal:
-        async for item in _follow(runtime, session_id, after, poll_seconds, signal):
+        async for item in _follow(runtime, session_id, after, poll_seconds, signal, view):
             yield item
 
 
@@ -131,6 +146,7 @@ async def _follow(
     after: int,
     poll_seconds: float,
     signal: asyncio.Event | None,
+    view: dict[str, Any] | None,
 ) -> AsyncIterator[SessionEvent | None]:
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
@@ -140,7 +156,7 @@ async def _follow(
         if signal is not None:
             signal.clear()  # before the read: a commit after it sets the signal again
         try:
-            batch, done = await _poll(runtime, session_id, after)
+            batch, done = await _poll(runtime, session_id, after, view)
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -158,7 +174,7 @@ async def _follow(
                 yield None
             await asyncio.sleep(min(1.0, poll_seconds * 2**failures))
             continue
-        outage_since, failures = None, 0
+        outage_since, failures, view = None, 0, None
         if not batch:
             if done:
                 return
@@ -184,16 +200,20 @@ async def _follow(
 
 
 async def _poll(
-    runtime: AgentRuntime, session_id: str, after: int
+    runtime: AgentRuntime, session_id: str, after: int, view: dict[str, Any] | None = None
 ) -> tuple[list[SessionEvent], bool]:
-    """The events after ``after``, and, when there are none, whether the stream is done."""
-    batch = await runtime.events(session_id, after)
-    if batch:
-        return batch, False
+    """The events after ``after``, and, when there are none, whether the stream is done.
+
+    ``view``: a status view read before this call (the first read of a stream), used as is.
+    """
+    if view is None:
+        batch = await runtime.events(session_id, after)
+        if batch:
+            return batch, False
+        view = await runtime.status(session_id)
     # Everything that decides the end is read BEFORE the events: a status (and the stash a
     # new message leaves) commits together with its events, so an empty read after them
     # means the client has every event up to that state.
-    view = await runtime.status(session_id)
     done = view["status"] in ENDED_STATUSES or (
         is_parked(view) and not await message_waiting(runtime, session_id)
     )

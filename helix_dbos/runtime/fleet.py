@@ -630,6 +630,9 @@ class Fleet:
         """
         dialect = self.dialect
         async with self.store.engine.connect() as conn:
+            # Reads only: no BEGIN/ROLLBACK round trips around them (a cross-process submit
+            # waits on this before it answers).
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
             row = (
                 await conn.execute(
                     sa.text(

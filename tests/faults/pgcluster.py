@@ -79,8 +79,12 @@ class PrivateCluster:
 
     @classmethod
     @contextlib.contextmanager
-    def create(cls) -> Iterator[PrivateCluster]:
-        """initdb a cluster, start it, yield it, and always stop it and remove its files."""
+    def create(cls, extra_conf: str = "") -> Iterator[PrivateCluster]:
+        """initdb a cluster, start it, yield it, and always stop it and remove its files.
+
+        ``extra_conf`` is appended to ``postgresql.conf`` (later settings win), for example
+        ``shared_preload_libraries`` for a benchmark.
+        """
         bin_dir = find_pg_bin()
         if bin_dir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl) are installed")
@@ -117,6 +121,7 @@ class PrivateCluster:
                     "full_page_writes = off\n"
                     "shared_buffers = 32MB\n"
                 )
+                conf.write(extra_conf)
             cluster.start()
             yield cluster
         finally:

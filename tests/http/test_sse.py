@@ -1,9 +1,21 @@
-"""GET /sse: ids are sequences, a resume loses and repeats nothing, pending calls are re-sent."""
+"""GET /sse: ids are sequences, a resume loses and repeats nothing, pending calls are re-sent;
+an open stream waits on its session's NOTIFY without a query."""
 
 from __future__ import annotations
 
-import httpx
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import httpx
+import psycopg
+import sqlalchemy as sa
+
+from helix_dbos.core.clock import now_ms
+from helix_dbos.core.session import SessionState
+
+from .conftest import HttpServer
 from .helpers import Frame, read_sse, start_parked, wait_status
 
 
@@ -110,3 +122,101 @@ def test_stream_waits_for_a_turn_that_is_still_running(client: httpx.Client) -> 
     frames = read_sse(client, sid, last_event_id=4)
     assert frames[-1].type == "turn_end"
     assert frames[-1].data["data"]["text"] == "Applied 0 edits. 2 edits failed."
+
+
+@contextmanager
+def statements_naming(http_server: HttpServer, session_id: str) -> Iterator[list[str]]:
+    """Every statement the runtime's store runs, meanwhile, whose parameters name the session."""
+    seen: list[str] = []
+    engine = http_server.runtime.store.engine.sync_engine
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if session_id in repr(parameters):
+            seen.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+
+
+def answered_without_wake_up(http_server: HttpServer, client: httpx.Client) -> str:
+    """A parked session whose call is marked answered but whose turn was not woken: the
+    status says the turn continues, and nothing moves (a stream of it waits)."""
+    parked = start_parked(client)
+    sid, tcid = parked["sessionId"], parked["toolCallId"]
+
+    def mark(states: dict[str, SessionState]) -> None:
+        entry = states[sid].pending[tcid]
+        entry.submitted_at = now_ms()
+        entry.response = {"result": {"applied": 1, "failed": 0}}
+
+    http_server.run(http_server.runtime.store.update([sid], mark))
+    return str(sid)
+
+
+def wait_for(seen: list[str], count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(seen) < count:
+        assert time.monotonic() < deadline, f"{len(seen)} statements, expected {count}"
+        time.sleep(0.01)
+
+
+def test_attaching_reads_the_status_once_and_the_events_once(
+    client: httpx.Client, http_server: HttpServer
+) -> None:
+    """A stream attached after an answer reads the status view once (for its 404, its pending
+    frame and its end check) and the events once, then waits."""
+    sid = answered_without_wake_up(http_server, client)
+    with statements_naming(http_server, sid) as seen:
+        http_server.run(http_server.runtime.status(sid))
+    status_reads = len(seen)
+    assert status_reads >= 1
+    with (
+        statements_naming(http_server, sid) as seen,
+        client.stream("GET", "/sse", params={"sessionId": sid, "fromSequence": 5}) as response,
+    ):
+        assert response.status_code == 200
+        wait_for(seen, status_reads + 1)
+        time.sleep(0.5)  # anything more the attach would read
+        assert len(seen) == status_reads + 1, seen
+        assert "__agents_events" in seen[-1]
+    client.post("/interrupt", json={"sessionId": sid})
+
+
+def test_an_idle_stream_runs_no_statement_and_a_commit_wakes_it(
+    client: httpx.Client, http_server: HttpServer
+) -> None:
+    """While the turn does not move, the open stream runs no statement naming its session (a
+    poll would read every 50 ms); an event committed from another connection reaches it
+    through the NOTIFY."""
+    sid = answered_without_wake_up(http_server, client)
+    signals = http_server.runtime.signals
+    sequence = 1_000_000  # beyond the session's own counter: the cleanup's events never clash
+    with (
+        statements_naming(http_server, sid) as seen,
+        client.stream("GET", "/sse", params={"sessionId": sid, "fromSequence": 5}) as response,
+    ):
+        assert response.status_code == 200
+        wait_for(seen, 2)  # a status read and the events read at least
+        time.sleep(0.3)
+        settled = len(seen)
+        time.sleep(1.5)
+        assert seen[settled:] == [], "an idle stream ran statements"
+        notified = signals.notifications
+        with psycopg.connect(http_server.database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO __agents_events (session_id, sequence, type, data, created_at) "
+                "VALUES (%s, %s, 'probe', '{}', now())",
+                (sid, sequence),
+            )
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("id:")) == f"id: {sequence}"
+        assert signals.notifications > notified
+        assert any("__agents_events" in q for q in seen[settled:])
+    with psycopg.connect(http_server.database_url, autocommit=True) as conn:
+        conn.execute(
+            "DELETE FROM __agents_events WHERE session_id = %s AND sequence = %s", (sid, sequence)
+        )
+    client.post("/interrupt", json={"sessionId": sid})
