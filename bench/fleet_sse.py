@@ -310,13 +310,23 @@ class Counter:
         }
 
 
+def label(query: str) -> str:
+    """A statement, short: its select list elided (what tells statements apart is the rest)."""
+    text = " ".join(query.split())
+    at = text.find(" FROM ")
+    if text.startswith("SELECT ") and at > 60 and not text[at + 6 :].startswith("(SELECT"):
+        text = "SELECT ... FROM " + text[at + 6 :]
+    return text[:200]
+
+
 def diff(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, int]:
+    """Calls per statement between two snapshots."""
     out: dict[str, int] = {}
     for qid, (query, calls) in after.items():
         n = calls - before.get(qid, (query, 0))[1]
         if n > 0:
-            text = " ".join(query.split())
-            out[text[:160]] = out.get(text[:160], 0) + n
+            key = label(query)
+            out[key] = out.get(key, 0) + n
     return out
 
 

@@ -9,9 +9,11 @@ there is no loss and no repetition.
 The stream reads the store when the session's events commit (on Postgres a NOTIFY wakes it:
 one listening connection per process, ``runtime.signals``; an idle stream runs no query) and
 ends when there is nothing more to wait for: the turn has ended, or it is parked on calls that
-have no answer yet. On SQLite it polls the store every ``POLL_SECONDS``. Every state change commits in the
-same transaction as its events, and the status is read before the last events read, so an
-empty read after such a status means the client has everything.
+have no answer yet. On SQLite it polls the store every ``POLL_SECONDS``. Every state change
+commits in the same transaction as its events, and the status is read before the last events
+read, so an empty read after such a status means the client has everything. Attaching costs
+one status view (the route reads it for its 404, and it serves the ``pending`` frame and the
+first end check) and one events read; each wake-up reads the new events first.
 
 An open stream rides out a short database outage: a transient fault while polling is retried
 with backoff (keep-alives continue) for up to ``STORE_WAIT_SECONDS``. Past that the stream
