@@ -1,9 +1,10 @@
 """The hot statements of a round trip on Postgres, sent on the transaction's driver connection.
 
-A session's reads and the flush of a transaction's queued writes run on every step of every
-turn. SQLAlchemy Core costs more Python than the statement itself there (compiling, cache
-keys, events, result wrapping, a greenlet hop per call), so these go to psycopg directly, on
-the connection (and in the transaction) SQLAlchemy checked out: fixed SQL texts, which psycopg
+A session's reads (its row, the row lock, the conversation, its events, a checkpoint) and the
+flush of a transaction's queued writes run on every step of every turn and every stream.
+SQLAlchemy Core costs more Python than the statement itself there (compiling, cache keys,
+events, result wrapping, a greenlet hop per call), so these go to psycopg directly, on the
+connection (and in the transaction) SQLAlchemy checked out: fixed SQL texts, which psycopg
 prepares after a few uses as it does SQLAlchemy's.
 
 Errors look as if SQLAlchemy had run the statement: a driver error is raised as SQLAlchemy's
@@ -25,6 +26,8 @@ from ..core.session import PendingCall, SessionState, Tombstone
 __all__ = [
     "CHECKPOINT_BY_ID",
     "CHECKPOINT_COLUMNS",
+    "EVENTS_AFTER",
+    "LIVE_MESSAGES",
     "LOCK_STATES",
     "STATE_BY_ID",
     "STATES_BY_IDS",
@@ -58,6 +61,16 @@ CHECKPOINT_COLUMNS = (
 )
 CHECKPOINT_BY_ID = (
     f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM __agents_checkpoints WHERE checkpoint_id = %s"
+)
+
+#: The conversation: the rows no rewind took out (``history.LIVE_MESSAGE``), oldest first.
+LIVE_MESSAGES = (
+    "SELECT role, content FROM __agents_messages"
+    " WHERE session_id = %s AND (content ->> 'rewound') IS NULL ORDER BY message_id"
+)
+EVENTS_AFTER = (
+    "SELECT sequence, type, run_id, data FROM __agents_events"
+    " WHERE session_id = %s AND sequence > %s ORDER BY sequence LIMIT %s"
 )
 
 #: A model step's inputs in one statement: the session, the slot's recorded result, and

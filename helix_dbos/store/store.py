@@ -806,6 +806,9 @@ class SessionStore:
     ) -> list[Message]:
         """The session's conversation, oldest first (rows a rewind took out are skipped)."""
         async with self._read(conn, (MESSAGES,)) as c:
+            if self.dialect == "postgresql":
+                found = await pg.fetch(c, pg.LIVE_MESSAGES, (session_id,))
+                return [Message.from_row(role, content) for role, content in found]
             rows = (
                 await c.execute(
                     sa.select(messages.c.role, messages.c.content)
@@ -942,6 +945,12 @@ class SessionStore:
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
         async with self._read(conn, (EVENTS,)) as c:
+            if self.dialect == "postgresql":
+                found = await pg.fetch(c, pg.EVENTS_AFTER, (session_id, after, limit))
+                return [
+                    SessionEvent(sequence=n, type=t, run_id=r, session_id=session_id, data=d)
+                    for n, t, r, d in found
+                ]
             rows = (
                 await c.execute(
                     events.select()
