@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import psycopg
-import sqlalchemy as sa
 
 from helix_dbos.core.clock import now_ms
 from helix_dbos.core.session import SessionState
@@ -126,19 +125,23 @@ def test_stream_waits_for_a_turn_that_is_still_running(client: httpx.Client) -> 
 
 @contextmanager
 def statements_naming(http_server: HttpServer, session_id: str) -> Iterator[list[str]]:
-    """Every statement the runtime's store runs, meanwhile, whose parameters name the session."""
+    """Every statement the server's psycopg cursors send, meanwhile, whose parameters name the
+    session: SQLAlchemy's and those the store sends on the driver connection itself. The
+    reconciler's paged listing (its own schedule, not the stream's) is left out."""
     seen: list[str] = []
-    engine = http_server.runtime.store.engine.sync_engine
+    original = psycopg.AsyncCursor.execute
 
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if session_id in repr(parameters):
-            seen.append(statement)
+    async def record(self: Any, query: Any, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else repr(query)
+        if session_id in repr(params) and "ORDER BY __agents_states.updated_at" not in text:
+            seen.append(text)
+        return await original(self, query, params, *args, **kwargs)
 
-    sa.event.listen(engine, "before_cursor_execute", record)
+    psycopg.AsyncCursor.execute = record  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
+        psycopg.AsyncCursor.execute = original  # type: ignore[method-assign]
 
 
 def answered_without_wake_up(http_server: HttpServer, client: httpx.Client) -> str:
