@@ -45,7 +45,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from roundtrip import ADMIN, AGENT, helix_round_trip, raw_round_trip
+from roundtrip import ADMIN, AGENT, helix_round_trip, raw_round_trip, watch_parked
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.runtime import AgentRuntime
@@ -105,6 +105,7 @@ async def worker(args: argparse.Namespace) -> None:
     )
     rt = AgentRuntime([AGENT], settings)
     await rt.launch()
+    watch_parked(rt)
     try:
         for _ in range(args.warmup):
             await fn(rt)

@@ -51,17 +51,20 @@ async def open_turn(
     parent_session_id: str | None = None,
     metadata: dict[str, Any] | None = None,
     workflow_id: str | None = None,
+    new: bool = False,
 ) -> SessionState:
     """Claim ``session_id`` for a new turn (creating it if new) and commit its entry.
 
     The entry message is marked as the turn's own input. ``workflow_id`` is the workflow that
-    runs the turn (default: the turn's own, ``names.turn_workflow_id``).
+    runs the turn (default: the turn's own, ``names.turn_workflow_id``). ``new``: the caller
+    made ``session_id`` up just now, so it is not read first (a session that exists after all
+    fails the insert with ``IntegrityError``).
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running or parked.
     """
     workflow_id = workflow_id or names.turn_workflow_id(session_id, turn_id)
-    existing = await store.load(session_id, conn)
+    existing = None if new else await store.load(session_id, conn)
     if existing is None:
         state = await store.create_session(
             SessionState(

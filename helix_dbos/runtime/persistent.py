@@ -11,7 +11,7 @@ LIVE workflow (``records.PersistentMark``). A message (``deliver``) claims the s
 new run and commits its entry, in ONE transaction that also either
 
 * enqueues ``{"kind": "turn", "runId"}`` in the marked workflow's inbox
-  (``DBOSClient.send_in_transaction``): ``delivered``; or
+  (enlisted in the transaction, ``wake.send_in_transaction``): ``delivered``; or
 * marks a new workflow (no live one), started right after the commit: ``started``.
 
 After ``idle_ttl`` seconds without a message the workflow hibernates: ``hibernate`` removes

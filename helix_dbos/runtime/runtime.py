@@ -249,9 +249,11 @@ class AgentRuntime:
         """
         self.registry.get(agent_type)
         sid = session_id or records.new_session_id()
-        return await self._enter(sid, agent_type, message)
+        return await self._enter(sid, agent_type, message, new=session_id is None)
 
-    async def _enter(self, session_id: str, agent_type: str, message: str | None) -> TurnHandle:
+    async def _enter(
+        self, session_id: str, agent_type: str, message: str | None, *, new: bool = False
+    ) -> TurnHandle:
         turn_id = records.new_run_id()
         if self.registry.get(agent_type).persistent:
             return await self._enter_persistent(session_id, agent_type, message, turn_id)
@@ -264,6 +266,7 @@ class AgentRuntime:
                     agent_type=agent_type,
                     turn_id=turn_id,
                     message=message,
+                    new=new,
                 )
             )
         except IntegrityError:

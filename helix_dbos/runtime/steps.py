@@ -29,6 +29,7 @@ from ..store.store import (
     OWNERSHIP_ATTEMPTS,
     Fenced,
     NoChange,
+    Prior,
     RetryTransaction,
     guard,
     now_ms,
@@ -197,6 +198,9 @@ async def _model_once(
             "outputTokens": summary["outputTokens"] + response.usage.output_tokens,
         }
     retention_ms = int(agent.completed_tombstone_retention * 1000)
+    # The row as read before the model call: the commit swaps from it (no second read) and a
+    # commit that finds it changed (a stop, a new message) reads it again, locked.
+    prior = Prior(state)
 
     async def commit() -> ModelStepResult:
         committed = await _commit_model(
@@ -209,6 +213,7 @@ async def _model_once(
             retention_ms,
             final_summary,
             last_delta,
+            prior,
         )
         return {
             "response": model["response"],
@@ -331,6 +336,7 @@ async def _commit_model(
     retention_ms: int,
     final_summary: TurnSummary | None = None,
     last_delta: dict[str, Any] | None = None,
+    prior: Prior | None = None,
 ) -> dict[str, Any]:
     """Commit the assistant message, its events and usage, and register suspending calls.
 
@@ -380,7 +386,7 @@ async def _commit_model(
         for tcid in entries:
             root.ownership[tcid] = session_id
 
-    await ctx.store.update([session_id, root_session_id], register, conn=conn)
+    await ctx.store.update([session_id, root_session_id], register, conn=conn, prior=prior)
     new_events: list[dict[str, Any]] = [last_delta] if last_delta is not None else []
     if response.text:
         new_events.append(event("text", text=response.text, step=step))

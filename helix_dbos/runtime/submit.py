@@ -30,6 +30,7 @@ from ..errors import (
     PayloadTooLargeError,
     RequestValidationError,
     RunSupersededError,
+    SessionNotFoundError,
 )
 from ..observability.log import log_event
 from ..store.store import NoChange, RetryTransaction, now_ms
@@ -242,31 +243,174 @@ async def precheck(ctx: RuntimeContext, sub: Submission) -> None:
     )
 
 
-async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -> SubmitAnswer:
-    """Store one answer and wake the owning turn; see the module docstring for the order."""
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What one submit's transaction decided (logged and answered after it committed)."""
+
+    outcome: Literal["accepted", "duplicate", "unknown", "tombstone", "lapsed"]
+    owner: SessionState | None = None
+    entry: PendingCall | None = None
+    reason: str | None = None
+    """``unknown``: why (the log's reason); ``tombstone``: the tombstone's outcome."""
+    at: int = 0
+    run_id: str | None = None
+    sent: str = "skipped"
+
+
+def _route(sub: Submission, root: SessionState) -> _Verdict | str:
+    """The owner of the call by the root's ownership map (its id), or the verdict without
+    one: a tombstone's, or unknown."""
+    tcid = sub.tool_call_id
+    tombstone = root.completed.get(tcid)
+    if tombstone is not None:
+        return _Verdict(
+            "tombstone",
+            root,
+            reason=tombstone.outcome,
+            at=tombstone.completed_at,
+            run_id=tombstone.run_id,
+        )
+    owner_id = root.ownership.get(tcid)
+    if owner_id is None:
+        reason = "ownership_missing_toolcall" if root.ownership else "ownership_map_absent"
+        return _Verdict("unknown", reason=reason)
+    return owner_id
+
+
+def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> _Verdict:
+    """Store the answer on the owner's pending entry (in place), or the verdict without it.
+
+    Pure (it may run again on a retried transaction). The stop of the call's run is read here,
+    in the transaction that would store the answer: a stop clears the entry (and moves the
+    session out of its active statuses) first, so nothing is stored after it.
+
+    Raises:
+        RunSupersededError, InvalidResultError, ApprovalMismatchError, RequestValidationError:
+            the answer is refused; nothing is written.
+    """
+    tcid = sub.tool_call_id
+    entry = owner.pending.get(tcid)
+    if entry is None or owner.status not in ACTIVE_STATUSES:
+        return _Verdict("unknown", reason="ownership_missing_toolcall")
+    if entry.submitted_at is not None:
+        return _Verdict("duplicate", owner, entry)
+    if owner.run_id is not None and owner.run_id != entry.run_id:
+        raise RunSupersededError(
+            "The call's run was superseded by another entry; nothing was written",
+            toolCallId=tcid,
+            runId=entry.run_id,
+        )
+    # An error skips validation, so it needs no agent definition (the CLI's fail-call).
+    known = sub.error is None or owner.agent_type in ctx.registry
+    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
+    response = _response(
+        sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
+    )
+    at = now_ms()
+    if entry.lapsed_by(at):
+        return _Verdict("lapsed", owner, entry, at=at)
+    entry.submitted_at = at
+    entry.response = response
+    return _Verdict("accepted", owner, entry, at=at)
+
+
+async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
+    """Store one answer and wake the owning turn; see the module docstring for the order.
+
+    One transaction: the root's row, locked, routes the call (the owner is the root itself
+    unless a sub-agent made the call, whose row is locked next); the answer is stored by
+    compare-and-swap and its wake-up message enlisted with it. Nothing is read before it.
+    """
     _check(sub, ctx)
     store = ctx.store
     tcid = sub.tool_call_id
-    root = await store.load(sub.session_id)
-    if root is None:
+    enlist = ctx.client is not None
+
+    def decide(states: dict[str, SessionState], owner_id: str) -> _Verdict:
+        verdict = _store_answer(sub, ctx, states[owner_id])
+        if verdict.outcome != "accepted":
+            raise NoChange(verdict)
+        return verdict
+
+    async def store_and_send(conn: Any) -> _Verdict:
+        # The answer and its wake-up message commit together: no window where one exists
+        # without the other. The message carries the answer's time, so the woken turn knows
+        # which answer to wait for (see ``steps.await_visible``).
+        nonlocal enlist
+
+        def at_root(states: dict[str, SessionState]) -> _Verdict | str:
+            routed = _route(sub, states[sub.session_id])
+            if isinstance(routed, _Verdict):
+                raise NoChange(routed)
+            if routed != sub.session_id:
+                raise NoChange(routed)  # a sub-agent's call: its row is locked next
+            return decide(states, routed)
+
+        try:
+            saved, routed = await store.update([sub.session_id], at_root, conn=conn)
+            if isinstance(routed, str):
+                owner_id = routed
+
+                def at_owner(states: dict[str, SessionState]) -> _Verdict:
+                    return decide(states, owner_id)
+
+                saved, verdict = await store.update([owner_id], at_owner, conn=conn)
+            else:
+                verdict = routed
+        except SessionNotFoundError as missing:
+            reason = (
+                "root_state_not_found"
+                if missing.details.get("sessionId") == sub.session_id
+                else "ownership_missing_toolcall"
+            )
+            return _Verdict("unknown", reason=reason)
+        if verdict.outcome != "accepted":
+            return verdict
+        assert verdict.owner is not None and verdict.entry is not None
+        owner = saved[verdict.owner.session_id]
+        sent = "skipped"
+        if owner.workflow_id is not None:
+            if not enlist:
+                sent = "failed" if ctx.client is not None else "unavailable"
+            else:
+                try:
+                    await send_in_transaction(
+                        ctx,
+                        conn,
+                        owner.workflow_id,
+                        _answer_message(tcid, verdict.at),
+                        names.tool_result_topic(tcid),
+                        names.submit_idempotency_key(verdict.entry.run_id, tcid),
+                        sessionId=owner.session_id,
+                        runId=verdict.entry.run_id,
+                    )
+                except SendNotEnlisted:
+                    # Run the whole transaction again without it; the send follows the commit.
+                    enlist = False
+                    raise RetryTransaction("the wake-up could not be enlisted", 0.0) from None
+                sent = "sent"
+        return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
+
+    verdict = await store.transact(store_and_send)
+    owner, entry = verdict.owner, verdict.entry
+    if verdict.outcome == "unknown":
         log_event(
             "client_tool.submit_unknown",
             sessionId=sub.session_id,
             toolCallId=tcid,
-            reason="root_state_not_found",
+            reason=verdict.reason,
         )
         return _unknown(tcid)
-    tombstone = root.completed.get(tcid)
-    if tombstone is not None:
-        if tombstone.outcome == "stopped":
+    if verdict.outcome == "tombstone":
+        if verdict.reason == "stopped":
             return _unknown(tcid, "run_stopped")
-        if tombstone.outcome == "timeout":
+        if verdict.reason == "timeout":
             log_event(
                 "client_tool.submit_late",
                 sessionId=sub.session_id,
                 toolCallId=tcid,
-                runId=tombstone.run_id,
-                completedAt=tombstone.completed_at,
+                runId=verdict.run_id,
+                completedAt=verdict.at,
                 submittedAt=now_ms(),
             )
             return _unknown(tcid, "deadline_lapsed")
@@ -275,93 +419,8 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
             continuation=Continuation(kind="consumed"),
             tool_call_id=tcid,
         )
-    owner_id = root.ownership.get(tcid)
-    if owner_id is None:
-        reason = "ownership_missing_toolcall" if root.ownership else "ownership_map_absent"
-        log_event(
-            "client_tool.submit_unknown", sessionId=sub.session_id, toolCallId=tcid, reason=reason
-        )
-        return _unknown(tcid)
-    owner = root if owner_id == root.session_id else await store.load(owner_id)
-    entry = owner.pending.get(tcid) if owner is not None else None
-    if owner is None or entry is None:
-        log_event(
-            "client_tool.submit_unknown",
-            sessionId=sub.session_id,
-            toolCallId=tcid,
-            reason="ownership_missing_toolcall",
-        )
-        return _unknown(tcid)
-    if entry.submitted_at is not None:
-        return await _duplicate(ctx, owner, entry)
-    # An error skips validation, so it needs no agent definition (the CLI's fail-call).
-    known = sub.error is None or owner.agent_type in ctx.registry
-    tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
-    response = _response(
-        sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
-    )
-
-    def store_answer(states: dict[str, SessionState]) -> tuple[str, SessionState, int]:
-        # Pure: it may run again on a retried transaction. The stop of the call's run is read
-        # here, in the transaction that would store the answer: a stop clears the entry (and
-        # moves the session out of its active statuses) first, so nothing is stored after it.
-        o = states[owner_id]
-        e = o.pending.get(tcid)
-        if e is None or o.status not in ACTIVE_STATUSES:
-            raise NoChange(("gone", o, 0))
-        if e.run_id != entry.run_id or (o.run_id is not None and o.run_id != e.run_id):
-            raise NoChange(("superseded", o, 0))
-        if e.submitted_at is not None:
-            raise NoChange(("duplicate", o, 0))
-        at = now_ms()
-        if e.lapsed_by(at):
-            raise NoChange(("lapsed", o, 0))
-        e.submitted_at = at
-        e.response = response
-        return "accepted", o, at
-
-    enlist = ctx.client is not None
-
-    async def store_and_send(conn: Any) -> tuple[str, SessionState, int, str]:
-        # The answer and its wake-up message commit together: no window where one exists
-        # without the other. The message carries the answer's time, so the woken turn knows
-        # which answer to wait for (see ``steps.await_visible``).
-        nonlocal enlist
-        _, (outcome, owner_after, at) = await store.update([owner_id], store_answer, conn=conn)
-        sent = "skipped"
-        if outcome == "accepted" and owner_after.workflow_id is not None:
-            if not enlist:
-                sent = "failed" if ctx.client is not None else "unavailable"
-            else:
-                try:
-                    await send_in_transaction(
-                        ctx,
-                        conn,
-                        owner_after.workflow_id,
-                        _answer_message(tcid, at),
-                        names.tool_result_topic(tcid),
-                        names.submit_idempotency_key(entry.run_id, tcid),
-                        sessionId=owner_after.session_id,
-                        runId=entry.run_id,
-                    )
-                except SendNotEnlisted:
-                    # Run the whole transaction again without it; the send follows the commit.
-                    enlist = False
-                    raise RetryTransaction("the wake-up could not be enlisted", 0.0) from None
-                sent = "sent"
-        return outcome, owner_after, at, sent
-
-    outcome, owner_after, at, sent = await store.transact(store_and_send)
-    if outcome == "gone":
-        # Drained or cleared between our read and the write: read once more for the verdict.
-        return await submit(ctx, sub, _again=False) if _again else _unknown(tcid)
-    if outcome == "superseded":
-        raise RunSupersededError(
-            "The call's run was superseded by another entry; nothing was written",
-            toolCallId=tcid,
-            runId=entry.run_id,
-        )
-    if outcome == "lapsed":
+    assert owner is not None and entry is not None
+    if verdict.outcome == "lapsed":
         log_event(
             "client_tool.submit_late",
             sessionId=sub.session_id,
@@ -369,31 +428,31 @@ async def submit(ctx: RuntimeContext, sub: Submission, *, _again: bool = True) -
             runId=entry.run_id,
             toolName=entry.tool_name,
             deadlineAt=entry.deadline_at,
-            submittedAt=now_ms(),
+            submittedAt=verdict.at,
         )
         return _unknown(tcid, "deadline_lapsed")
-    if outcome == "duplicate":
-        return await _duplicate(ctx, owner_after, owner_after.pending[tcid])
+    if verdict.outcome == "duplicate":
+        return await _duplicate(ctx, owner, entry)
     log_event(
         "client_tool.submitted",
         sessionId=sub.session_id,
-        ownerSessionId=owner_id,
+        ownerSessionId=owner.session_id,
         runId=entry.run_id,
         toolCallId=tcid,
         toolName=entry.tool_name,
-        hasError="error" in response,
+        hasError="error" in (entry.response or {}),
         kind=entry.kind,
     )
-    if sent == "sent" and owner_after.workflow_id is not None:
-        wake_local(owner_after.workflow_id, names.tool_result_topic(tcid))
-    elif sent in ("unavailable", "failed"):
+    if verdict.sent == "sent" and owner.workflow_id is not None:
+        wake_local(owner.workflow_id, names.tool_result_topic(tcid))
+    elif verdict.sent in ("unavailable", "failed"):
         # The answer is stored; its wake-up could not ride in the transaction: send it now.
-        await wake_answered(ctx, owner_after, owner_after.pending[tcid])
+        await wake_answered(ctx, owner, entry)
     return SubmitAnswer(
         status="accepted",
-        continuation=_continuation(owner_after, entry.run_id),
+        continuation=_continuation(owner, entry.run_id),
         tool_call_id=tcid,
-        owner_workflow_id=owner_after.workflow_id,
+        owner_workflow_id=owner.workflow_id,
     )
 
 

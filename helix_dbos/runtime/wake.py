@@ -5,20 +5,25 @@ NOTIFY (or SQLite polling) wakes the waiter wherever it runs. When the waiter is
 THIS process, we also signal its in-memory waiter right after the commit, which saves the
 NOTIFY round trip (and up to a whole polling interval on SQLite). If DBOS's internals ever
 change shape, the fast path quietly does nothing and the durable path still wakes the turn.
+
+A message that must commit with the store's writes (a submit's answer, a persistent session's
+inbox entry) is enlisted in the store's transaction instead (``send_in_transaction``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..errors import StaleStateError
 from ..observability.log import log_event
-from ..store.batch import settle
+from ..store.batch import current_batch, settle
 from .context import RuntimeContext
 from .records import InboxMessage, TurnMessage
 
-__all__ = ["local_waiter", "send_in_transaction", "send_to_turn", "wake_local"]
+__all__ = ["enlist", "local_waiter", "send_in_transaction", "send_to_turn", "wake_local"]
 
 
 def local_waiter(workflow_id: str, topic: str) -> Any | None:
@@ -70,23 +75,18 @@ async def send_in_transaction(
     key: str,
     **log_fields: Any,
 ) -> None:
-    """Enlist the message in the caller's store transaction (DBOS's public
-    ``DBOSClient.send_in_transaction``): it becomes visible exactly when the answer commits.
+    """Enlist the message in the caller's store transaction: it becomes visible exactly when
+    the answer commits (``enlist``).
 
     No savepoint (two round trips on every submit): a failure is logged as
     ``client_tool.send_event_failed`` and raised as ``SendNotEnlisted``; the caller runs its
-    transaction again without the send and sends after the commit instead.
+    transaction again without the send and sends after the commit instead. A lost
+    compare-and-swap of the transaction's own writes is raised as it is.
     """
-    client = ctx.client
-    assert client is not None, "no DBOS client to enlist with"
-    # The store's queued writes (the answer) go first: the message follows them.
-    await settle(conn)
     try:
-        await conn.run_sync(
-            lambda sync_conn: client.send_in_transaction(
-                sync_conn, workflow_id, message, topic, key
-            )
-        )
+        await enlist(ctx, conn, workflow_id, message, topic, key)
+    except StaleStateError:
+        raise
     except Exception as exc:
         log_event(
             "client_tool.send_event_failed",
@@ -96,3 +96,40 @@ async def send_in_transaction(
             **log_fields,
         )
         raise SendNotEnlisted(str(exc)) from exc
+
+
+async def enlist(
+    ctx: RuntimeContext,
+    conn: AsyncConnection,
+    workflow_id: str,
+    message: TurnMessage | InboxMessage,
+    topic: str,
+    key: str,
+) -> None:
+    """Write the message to ``workflow_id`` in ``conn``'s transaction, keyed as
+    ``DBOS.send(..., idempotency_key=key)`` keys it, and send the transaction's writes.
+
+    On Postgres the message row rides in the transaction's one statement (``WriteBatch``):
+    the row ``DBOSClient.send_in_transaction`` inserts, in DBOS's portable JSON format, with
+    the key DBOS derives from an idempotency key (``<key>::<workflow id>``), so a duplicate is
+    dropped as DBOS drops it. DBOS's client builds and compiles that statement anew on every
+    call, which cost more than the rest of a submit. ``tests/runtime/test_wake.py`` checks
+    that DBOS's ``recv`` reads the row as its own, and that the row matches the one DBOS's
+    client writes. Elsewhere (SQLite) DBOS's public ``DBOSClient.send_in_transaction`` does it.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: ``workflow_id`` does not exist (Postgres).
+    """
+    batch = current_batch(conn)
+    if batch is not None:
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        batch.notify(workflow_id, topic, text, f"{key}::{workflow_id}")
+        await batch.flush()
+        return
+    client = ctx.client
+    assert client is not None, "no DBOS client to enlist with"
+    # The store's queued writes (the answer) go first: the message follows them.
+    await settle(conn)
+    await conn.run_sync(
+        lambda sync_conn: client.send_in_transaction(sync_conn, workflow_id, message, topic, key)
+    )

@@ -2,7 +2,8 @@
 
 Inside a transaction bound by ``SessionStore.transact``, the writes whose caller needs nothing
 back from the database are queued here instead of being sent one by one: new session rows,
-compare-and-swaps of session rows, messages, usage rows, events and checkpoints. ``flush``
+compare-and-swaps of session rows, messages, usage rows, events, checkpoints, and the
+messages to DBOS workflows that must commit with them (``notify``). ``flush``
 sends them all as one data-modifying statement (``WITH ... INSERT ... UPDATE ...``, every
 table's rows as one ``jsonb_to_recordset`` parameter), and ``transact`` flushes before COMMIT.
 
@@ -13,8 +14,10 @@ What the one statement keeps of the writes sent one by one:
 * Event sequences come from ``__agents_states.event_seq`` as before. Events are queued only
   for a session whose row this transaction holds (read ``FOR UPDATE``, created, or already
   bumped by an immediate append), so its ``event_seq`` is known and cannot move under us: the
-  events get ``event_seq + 1 ...`` and the row's ``event_seq`` grows by their number. For any
-  other session the store appends at once, as before.
+  events get ``event_seq + 1 ...`` and the row's ``event_seq`` grows by their number. Or for
+  a row whose compare-and-swap is queued without holding it (``SessionStore.update`` from a
+  ``Prior`` read): the statement numbers those events from the ``event_seq`` its swap found,
+  and a lost swap inserts none. For any other session the store appends at once, as before.
 * A compare-and-swap that finds its row at another version fails the flush with
   ``StaleStateError`` (the transaction is then retried as a whole, as a lost race always was).
 * A checkpoint's ``message_count`` counts the messages queued before it. Its pointer moves
@@ -41,13 +44,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import StaleStateError
-from .pg import fetch
+from .pg import fetch, fetch_last
 
 __all__ = [
     "ALL",
     "CHECKPOINTS",
     "EVENTS",
     "MESSAGES",
+    "NOTIFICATIONS",
     "STATES",
     "USAGE",
     "WriteBatch",
@@ -62,7 +66,11 @@ MESSAGES = "messages"
 USAGE = "usage"
 EVENTS = "events"
 CHECKPOINTS = "checkpoints"
-ALL: frozenset[str] = frozenset({STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS})
+NOTIFICATIONS = "notifications"
+ALL: frozenset[str] = frozenset({STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS})
+
+#: DBOS's name of its portable (plain JSON) serialization, which every DBOS client reads.
+PORTABLE_JSON = "portable_json"
 
 _batch: ContextVar[WriteBatch | None] = ContextVar("helix_store_batch", default=None)
 
@@ -108,6 +116,7 @@ _PARTS: dict[str, str] = {
             {", ".join(f"r.{c}" for c in STATE_COLUMNS)}
         FROM jsonb_to_recordset(%(new_states)s::jsonb) AS r(session_id text, event_seq bigint,
             created_at timestamptz, {_STATE_DEFS})
+        WHERE TRUE /*guard*/
     )""",
     "cas_states": f"""
     cas_states AS (
@@ -118,7 +127,7 @@ _PARTS: dict[str, str] = {
         FROM jsonb_to_recordset(%(cas_states)s::jsonb) AS r(session_id text, version integer,
             updated_at timestamptz, seq_delta bigint, {_STATE_DEFS})
         WHERE s.session_id = r.session_id AND s.version = r.version
-        RETURNING s.session_id
+        RETURNING s.session_id, s.event_seq, s.event_seq - r.seq_delta AS base
     )""",
     # A bump: events appended to a row nothing else changes, and/or a checkpoint pointer
     # moved forward only (never back past a newer checkpoint: write_checkpoint's rule).
@@ -134,7 +143,7 @@ _PARTS: dict[str, str] = {
                 THEN r.checkpoint_id ELSE s.latest_checkpoint_id END
         FROM jsonb_to_recordset(%(bump_states)s::jsonb) AS r(session_id text, seq_delta bigint,
             checkpoint_id text, checkpoint_at timestamptz)
-        WHERE s.session_id = r.session_id
+        WHERE s.session_id = r.session_id /*guard*/
     )""",
     "messages": """
     new_messages AS (
@@ -143,6 +152,7 @@ _PARTS: dict[str, str] = {
         SELECT r.session_id, r.role, r.tool_call_id, r.content, r.run_id, r.created_at
         FROM jsonb_to_recordset(%(messages)s::jsonb) AS r(i integer, session_id text,
             role text, tool_call_id text, content jsonb, run_id text, created_at timestamptz)
+        WHERE TRUE /*guard*/
         ORDER BY r.i
     )""",
     "usage": """
@@ -154,15 +164,22 @@ _PARTS: dict[str, str] = {
         FROM jsonb_to_recordset(%(usage)s::jsonb) AS r(i integer, session_id text,
             run_id text, kind text, source_type text, source_name text, data jsonb,
             timestamp bigint, dedupe_key text)
+        WHERE TRUE /*guard*/
         ORDER BY r.i
         ON CONFLICT (dedupe_key) DO NOTHING
     )""",
+    # An event of a held row carries its sequence; one of a row this transaction swaps without
+    # holding it (read unlocked, see ``save``) carries its place ``k`` among that row's new
+    # events, numbered from the row's ``event_seq`` as the swap found it (``_EVENTS_SWAPPED``,
+    # used when the statement swaps rows). A swap that lost inserts none of its events (and
+    # fails the flush).
     "events": """
     new_events AS (
         INSERT INTO __agents_events (session_id, sequence, run_id, type, data, created_at)
         SELECT r.session_id, r.sequence, r.run_id, r.type, r.data, r.created_at
         FROM jsonb_to_recordset(%(events)s::jsonb) AS r(session_id text, sequence bigint,
             run_id text, type text, data jsonb, created_at timestamptz)
+        WHERE TRUE /*guard*/
         ORDER BY r.session_id, r.sequence
     )""",
     # message_count: the messages this statement does not see yet (queued before the
@@ -178,8 +195,39 @@ _PARTS: dict[str, str] = {
         FROM jsonb_to_recordset(%(checkpoints)s::jsonb) AS r(checkpoint_id text,
             session_id text, run_id text, step_count integer, message_count integer,
             queued_messages integer, state jsonb, created_at timestamptz)
+        WHERE TRUE /*guard*/
+    )""",
+    # A message to a DBOS workflow, the row ``DBOSClient.send_in_transaction`` would insert
+    # (see ``notify``); DBOS's own trigger NOTIFYs the waiter when the transaction commits.
+    "notifications": """
+    new_notifications AS (
+        INSERT INTO dbos.notifications (destination_uuid, topic, message, message_uuid,
+            serialization)
+        SELECT r.destination_uuid, r.topic, r.message, r.message_uuid, r.serialization
+        FROM jsonb_to_recordset(%(notifications)s::jsonb) AS r(i integer,
+            destination_uuid text, topic text, message text, message_uuid text,
+            serialization text)
+        WHERE TRUE /*guard*/
+        ORDER BY r.i
+        ON CONFLICT (message_uuid) DO NOTHING
     )""",
 }
+_EVENTS_SWAPPED = """
+    new_events AS (
+        INSERT INTO __agents_events (session_id, sequence, run_id, type, data, created_at)
+        SELECT r.session_id, COALESCE(r.sequence, c.base + r.k), r.run_id, r.type, r.data,
+            r.created_at
+        FROM jsonb_to_recordset(%(events)s::jsonb) AS r(session_id text, sequence bigint,
+            k bigint, run_id text, type text, data jsonb, created_at timestamptz)
+        LEFT JOIN cas_states AS c ON r.sequence IS NULL AND c.session_id = r.session_id
+        WHERE (r.sequence IS NOT NULL OR c.session_id IS NOT NULL) /*guard*/
+        ORDER BY 1, 2
+    )"""
+#: In a statement that swaps rows, every other part writes only if every swap landed: a lost
+#: swap writes nothing at all, so the statement holds on its own, with or without a
+#: transaction around it (``SessionStore.transact`` sends a lone flush without one).
+_GUARD = "/*guard*/"
+_SWAPS_LANDED = "AND (SELECT count(*) FROM cas_states) = %(swaps)s::bigint"
 _statements: dict[tuple[str, ...], str] = {}
 
 
@@ -187,8 +235,14 @@ def _statement(parts: tuple[str, ...]) -> str:
     """The flush statement of these parts (built once per combination)."""
     sql = _statements.get(parts)
     if sql is None:
-        tail = "SELECT session_id FROM cas_states" if "cas_states" in parts else "SELECT 1"
-        sql = "WITH" + ",".join(_PARTS[p] for p in parts) + "\n" + tail
+        swaps = "cas_states" in parts
+        tail = "SELECT session_id, event_seq FROM cas_states" if swaps else "SELECT 1"
+        sql = (
+            "WITH"
+            + ",".join(_EVENTS_SWAPPED if p == "events" and swaps else _PARTS[p] for p in parts)
+            + "\n"
+            + tail
+        ).replace(_GUARD, _SWAPS_LANDED if swaps else "")
         _statements[parts] = sql
     return sql
 
@@ -211,6 +265,7 @@ class WriteBatch:
         "_dirty",
         "_events",
         "_messages",
+        "_notifications",
         "_queued_messages",
         "_rows",
         "_seq",
@@ -225,6 +280,7 @@ class WriteBatch:
         self._usage: list[dict[str, Any]] = []
         self._events: list[dict[str, Any]] = []
         self._checkpoints: list[dict[str, Any]] = []
+        self._notifications: list[dict[str, Any]] = []
         self._queued_messages: dict[str, int] = {}
         self._seq: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -265,14 +321,32 @@ class WriteBatch:
         row.cas = {"session_id": session_id, "version": version, **values}
         self._dirty.add(STATES)
 
-    def events(self, session_id: str, rows: list[dict[str, Any]]) -> int:
-        """Queue events of a held row (``rows`` without sequences); the last sequence."""
-        base = self._seq[session_id]
+    def can_queue_events(self, session_id: str) -> bool:
+        """Whether events of ``session_id`` can be queued: the transaction holds its row, or
+        swaps it in the queue (``events``)."""
+        if session_id in self._seq:
+            return True
+        row = self._rows.get(session_id)
+        return row is not None and row.cas is not None
+
+    def events(self, session_id: str, rows: list[dict[str, Any]]) -> int | None:
+        """Queue events of a held row, or of a row whose compare-and-swap is queued (``rows``
+        without sequences); the last sequence, if known before the flush."""
+        entry = self._rows.get(session_id)
+        base = self._seq.get(session_id)
+        if base is None:
+            # Not held: the swap's statement numbers them from the row it swaps.
+            assert entry is not None and entry.cas is not None, "events of an unheld row"
+            for i, row in enumerate(rows, start=entry.seq_delta + 1):
+                row["k"] = i
+            self._events.extend(rows)
+            entry.seq_delta += len(rows)
+            self._dirty.update((STATES, EVENTS))
+            return None
         for i, row in enumerate(rows, start=1):
             row["sequence"] = base + i
         self._events.extend(rows)
         last = self._seq[session_id] = base + len(rows)
-        entry = self._rows.get(session_id)
         if entry is None:
             entry = self._rows[session_id] = _Row()
         if entry.new is not None:
@@ -299,6 +373,22 @@ class WriteBatch:
         self._usage.extend(rows)
         self._dirty.add(USAGE)
 
+    def notify(self, workflow_id: str, topic: str, message: str, message_id: str) -> None:
+        """Queue a message to DBOS workflow ``workflow_id`` on ``topic``: ``message`` is its
+        JSON (DBOS's portable format), ``message_id`` its idempotency row key (a second row
+        with the same key is dropped, as DBOS drops it)."""
+        self._notifications.append(
+            {
+                "i": len(self._notifications),
+                "destination_uuid": workflow_id,
+                "topic": topic,
+                "message": message,
+                "message_uuid": message_id,
+                "serialization": PORTABLE_JSON,
+            }
+        )
+        self._dirty.add(NOTIFICATIONS)
+
     async def checkpoint(self, values: dict[str, Any], *, pointed: bool) -> None:
         """Queue a checkpoint row; unless ``pointed``, also its session's pointer (forward
         only). ``values["message_count"]`` ``None``: the session's messages at this point."""
@@ -320,16 +410,19 @@ class WriteBatch:
 
     # -- sending ----------------------------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Send every queued write as one statement, and empty the queue.
+    async def flush(self, *, last: bool = False) -> None:
+        """Send every queued write as one statement, and empty the queue. ``last``: the
+        transaction sends nothing after it (then, if it sent nothing before it either, the
+        statement goes without a transaction: see ``pg.fetch_last``).
 
         Raises:
             StaleStateError: a compare-and-swap found its row at another version.
-            IntegrityError: a duplicate session id, checkpoint id or tool result.
+            IntegrityError: a duplicate session id, checkpoint id or tool result, or a
+                message to a workflow that does not exist.
         """
         if not self._dirty:
             return
-        params: dict[str, str] = {}
+        params: dict[str, Any] = {}
         new = [r.new for r in self._rows.values() if r.new is not None]
         cas = []
         for r in self._rows.values():
@@ -347,28 +440,34 @@ class WriteBatch:
             if r.new is None and r.cas is None
         ]
         for name, rows in (
+            ("cas_states", cas),  # first: the other parts may refer to it
             ("new_states", new),
-            ("cas_states", cas),
             ("bump_states", bump),
             ("messages", self._messages),
             ("usage", self._usage),
             ("events", self._events),
             ("checkpoints", self._checkpoints),
+            ("notifications", self._notifications),
         ):
             if rows:
                 params[name] = json.dumps(rows, separators=(",", ":"))
         expected = {r["session_id"]: r["version"] for r in cas}
+        sql = _statement(tuple(params))
+        if cas:
+            params["swaps"] = len(cas)
         self._rows, self._messages, self._usage, self._events = {}, [], [], []
-        self._checkpoints, self._queued_messages = [], {}
+        self._checkpoints, self._notifications, self._queued_messages = [], [], {}
         self._dirty = set()
-        swapped = await fetch(self.conn, _statement(tuple(params)), params)
+        swapped = await (fetch_last if last else fetch)(self.conn, sql, params)
         if expected:
-            done = {row[0] for row in swapped}
+            done = {row[0]: row[1] for row in swapped}
             for sid, version in expected.items():
                 if sid not in done:
                     raise StaleStateError(
                         f"Session {sid!r} changed since version {version}", sessionId=sid
                     )
+            # Swapped rows are locked by this transaction now: their sequences are known.
+            self._seq.update(done)
 
 
 def begin(conn: AsyncConnection) -> tuple[WriteBatch, Token[WriteBatch | None]]:

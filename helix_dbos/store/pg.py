@@ -33,6 +33,7 @@ __all__ = [
     "STATES_BY_IDS",
     "STEP_INPUTS",
     "fetch",
+    "fetch_last",
     "state_from_tuple",
 ]
 
@@ -134,3 +135,25 @@ async def fetch(
         raise sa.exc.DBAPIError.instance(
             sql, params, exc, psycopg.Error, dialect=conn.dialect
         ) from exc
+
+
+async def fetch_last(
+    conn: AsyncConnection, sql: str, params: tuple[Any, ...] | dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """``fetch`` for the last statement of ``conn``'s transaction.
+
+    When nothing was sent in the transaction before it (the driver has not even sent BEGIN:
+    it does so with the first statement), the statement is sent on its own, without BEGIN and
+    COMMIT: two round trips fewer, and one statement is atomic by itself. The caller's COMMIT
+    then has nothing to do, and the driver sends none.
+    """
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return await fetch(conn, sql, params)
+    await driver.set_autocommit(True)
+    try:
+        return await fetch(conn, sql, params)
+    finally:
+        if not driver.closed:
+            await driver.set_autocommit(False)

@@ -69,6 +69,7 @@ __all__ = [
     "REQUEST_PATIENCE_SECONDS",
     "Fenced",
     "NoChange",
+    "Prior",
     "RetryTransaction",
     "SessionStore",
     "UsageRow",
@@ -155,6 +156,28 @@ class Pointing:
     session_id: str
     checkpoint_id: str
     done: bool = False
+
+
+class Prior:
+    """Session rows read earlier, unlocked, that one ``update`` may start from instead of
+    reading (and locking) them again: its compare-and-swap then checks that they are still
+    at the versions read.
+
+    Taken once, and handed over (``update`` may change them in place): a retried transaction
+    (a lost swap) reads the rows as usual.
+    """
+
+    __slots__ = ("_states",)
+
+    def __init__(self, *states: SessionState) -> None:
+        self._states = {s.session_id: s for s in states}
+
+    def take(self, ids: Sequence[str]) -> dict[str, SessionState] | None:
+        """The rows ``ids`` if all were read (once; ``None`` after, or if one is missing)."""
+        states, self._states = self._states, {}
+        if any(i not in states for i in ids):
+            return None
+        return {i: states[i] for i in ids}
 
 
 class NoChange(Exception):  # a control-flow signal, not an error
@@ -500,7 +523,9 @@ class SessionStore:
                 batch, queueing = begin(conn)
                 try:
                     value = await body(conn)
-                    await batch.flush()  # the queued writes, in one statement, before COMMIT
+                    # The queued writes, in one statement, before COMMIT (or as the whole
+                    # transaction, if the body sent nothing else).
+                    await batch.flush(last=True)
                     return value
                 finally:
                     end(queueing)
@@ -613,8 +638,11 @@ class SessionStore:
         conn: AsyncConnection | None = None,
         retry_event: str | None = None,
         failed_event: str | None = None,
+        prior: Prior | None = None,
     ) -> tuple[dict[str, SessionState], T]:
         """Read-modify-write one or more session rows atomically, compare-and-swap on versions.
+
+        ``prior``: the rows as read earlier (see ``Prior``), used instead of reading them.
 
         ``mutate`` gets the current states by id (it may change them in place) and returns a
         value; it raises ``NoChange(value)`` to return without writing, or ``Fenced`` to roll
@@ -633,9 +661,9 @@ class SessionStore:
         ids = list(dict.fromkeys(session_ids))
         joined = conn if conn is not None else _bound.get()
         if joined is not None:
-            return await self._update_once(ids, mutate, joined)
+            return await self._update_once(ids, mutate, joined, prior)
         return await self.transact(
-            lambda c: self._update_once(ids, mutate, c),
+            lambda c: self._update_once(ids, mutate, c, prior),
             attempts=attempts,
             retry_event=retry_event,
             failed_event=failed_event,
@@ -647,8 +675,10 @@ class SessionStore:
         ids: list[str],
         mutate: Callable[[dict[str, SessionState]], T],
         conn: AsyncConnection,
+        prior: Prior | None = None,
     ) -> tuple[dict[str, SessionState], T]:
-        current = await self._load_for_update(ids, conn)
+        taken = prior.take(ids) if prior is not None else None
+        current = taken if taken is not None else await self._load_for_update(ids, conn)
         missing = [i for i in ids if i not in current]
         if missing:
             raise SessionNotFoundError(f"No session {missing[0]!r}", sessionId=missing[0])
@@ -656,6 +686,10 @@ class SessionStore:
         try:
             value = mutate(current)
         except NoChange as unchanged:
+            if taken is not None:
+                # No swap would check what the earlier read decided: decide on the row as it
+                # is now (``mutate`` is pure: it may run again).
+                return await self._update_once(ids, mutate, conn)
             return current, unchanged.value
         saved: dict[str, SessionState] = {}
         for sid in ids:
@@ -864,7 +898,8 @@ class SessionStore:
         new: Sequence[dict[str, Any]],
         conn: AsyncConnection | None = None,
     ) -> int:
-        """Append events to the session's stream; returns the last sequence number.
+        """Append events to the session's stream; returns the last sequence number (0 when
+        the transaction's flush numbers them: see ``store/batch.py``).
 
         The sequence comes from the session row, so concurrent writers are serialized by
         its row lock and a reader never sees a gap fill in later.
@@ -873,9 +908,9 @@ class SessionStore:
             return 0
         now = _now()
         batch = current_batch(conn)
-        if batch is not None and batch.held_seq(session_id) is not None:
+        if batch is not None and batch.can_queue_events(session_id):
             at = now.isoformat()
-            return batch.events(
+            last = batch.events(
                 session_id,
                 [
                     {
@@ -888,6 +923,7 @@ class SessionStore:
                     for e in new
                 ],
             )
+            return last or 0
         async with self.transaction(conn) as c:
             if self.dialect == "postgresql":
                 # One round trip: the sequence is taken and the rows inserted in one statement.

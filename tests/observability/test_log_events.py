@@ -11,11 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from dbos import DBOS, DBOSClient
+from dbos import DBOS
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError, StaleStateError
 from helix_dbos.http.app import create_app
 from helix_dbos.observability.log import logger
+from helix_dbos.runtime import wake
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_helpers import FlakySaves, events_named, one_event
 
@@ -257,7 +258,7 @@ async def test_ownership_clear_exhaustion_on_interrupt(
 
 def _failing_send(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Fail the first wake-up of an answer, on whichever path the submit sends it: after the
-    commit (``DBOS.send_async``) or enlisted in the store transaction (``DBOSClient``)."""
+    commit (``DBOS.send_async``) or enlisted in the store transaction (``wake.enlist``)."""
     failed: list[str] = []
 
     def fail_first(destination_id: str, message: Any) -> None:
@@ -273,21 +274,16 @@ def _failing_send(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         fail_first(destination_id, message)
         await send_async(destination_id, message, topic, **kwargs)
 
-    send_in_transaction = DBOSClient.send_in_transaction
+    enlist = wake.enlist
 
-    def failing_send_in_transaction(
-        client: DBOSClient,
-        conn: Any,
-        destination_id: str,
-        message: Any,
-        *args: Any,
-        **kwargs: Any,
+    async def failing_enlist(
+        ctx: Any, conn: Any, destination_id: str, message: Any, *args: Any
     ) -> None:
         fail_first(destination_id, message)
-        send_in_transaction(client, conn, destination_id, message, *args, **kwargs)
+        await enlist(ctx, conn, destination_id, message, *args)
 
     monkeypatch.setattr(DBOS, "send_async", failing_send_async)
-    monkeypatch.setattr(DBOSClient, "send_in_transaction", failing_send_in_transaction)
+    monkeypatch.setattr(wake, "enlist", failing_enlist)
     return failed
 
 

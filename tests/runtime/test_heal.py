@@ -169,7 +169,7 @@ async def test_unenforced_stops_across_pages_are_all_finished_in_one_pass(
 async def test_a_lost_wake_up_is_sent_again(make_runtime: Any, monkeypatch: Any) -> None:
     """Every wake-up of an answer failed: the stored answer waits for the reconciler, which
     sends the wake-up again, and the turn continues long before its deadline."""
-    from tests.runtime.test_interrupt import lose_answer_wakeups
+    from tests.runtime.wakeups import lose_answer_wakeups
 
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
     sid, [pending] = await parked(rt)

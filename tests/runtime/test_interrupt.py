@@ -20,6 +20,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, records
 from helix_dbos.testing import capture_log_events
+from tests.runtime.wakeups import lose_answer_wakeups
 
 DEADLINE = 300.0
 
@@ -101,33 +102,6 @@ def assert_valid_history(history: list[Message]) -> None:
         if m.role == "assistant" and m.tool_calls:
             following = history[i + 1 : i + 1 + len(m.tool_calls)]
             assert [f.tool_call_id for f in following] == [c.id for c in m.tool_calls], history
-
-
-def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: Any) -> None:
-    """Make every submit's wake-up fail (the answer is still stored): both the send enlisted
-    in the answer's transaction and a plain send after it."""
-
-    def lost(message: Any) -> bool:
-        return isinstance(message, dict) and message.get("kind") == "answer"
-
-    real_send = DBOS.send_async
-
-    async def losing_send(destination_id: str, message: Any, topic: Any = None, **kw: Any) -> None:
-        if lost(message):
-            raise ConnectionError("the wake-up was lost")
-        await real_send(destination_id, message, topic, **kw)
-
-    monkeypatch.setattr(DBOS, "send_async", losing_send)
-    client = getattr(rt.ctx, "client", None)
-    if client is not None:
-        real_tx = client.send_in_transaction
-
-        def losing_tx(conn: Any, destination_id: str, message: Any, *args: Any, **kw: Any) -> Any:
-            if lost(message):
-                raise ConnectionError("the wake-up was lost")
-            return real_tx(conn, destination_id, message, *args, **kw)
-
-        monkeypatch.setattr(client, "send_in_transaction", losing_tx)
 
 
 async def test_interrupt_while_parked(make_runtime: Any) -> None:

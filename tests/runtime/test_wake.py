@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from helix_dbos.runtime import names, wake
+from helix_dbos.runtime.records import TurnMessage
 from helix_dbos.store.schema import states
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -72,32 +73,139 @@ def test_dbos_is_imported_through_its_public_api_only() -> None:
 async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The wake-up message is enlisted in the answer's own transaction, after the answer: a
+    """The wake-up message is enlisted in the answer's own transaction, with the answer: a
     woken turn always finds its answer, and no wake-up exists without one."""
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
     [call] = await runtime.wait_for_pending(handle.session_id)
-    client = runtime.ctx.client
-    real = client.send_in_transaction
+    real = wake.enlist
     seen: list[Any] = []
 
-    def enlist(conn: Any, destination: str, message: Any, topic: str, key: str) -> Any:
-        # ``conn`` is the answer's transaction: the answer must already be in it.
-        row = conn.execute(
-            sa.select(states.c.pending_client_tool_calls).where(
-                states.c.session_id == handle.session_id
+    async def enlist(ctx: Any, conn: Any, destination: str, message: Any, *rest: Any) -> None:
+        await real(ctx, conn, destination, message, *rest)
+        # ``conn`` is the answer's transaction: the answer and the message are both in it.
+        stored = (
+            await conn.execute(
+                sa.select(states.c.pending_client_tool_calls).where(
+                    states.c.session_id == handle.session_id
+                )
             )
         ).scalar_one()
-        seen.append((row[call["toolCallId"]].get("submittedAt"), message))
-        return real(conn, destination, message, topic, key)
+        table = "dbos.notifications" if conn.dialect.name == "postgresql" else "notifications"
+        queued = (
+            await conn.execute(
+                sa.text(f"SELECT count(*) FROM {table} WHERE destination_uuid = :d AND topic = :t"),
+                {"d": destination, "t": names.tool_result_topic(call["toolCallId"])},
+            )
+        ).scalar_one()
+        seen.append((stored[call["toolCallId"]].get("submittedAt"), message, queued))
 
-    monkeypatch.setattr(client, "send_in_transaction", enlist)
+    monkeypatch.setattr(wake, "enlist", enlist)
     await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
-    [(submitted_at, message)] = seen
+    [(submitted_at, message, queued)] = seen
     assert submitted_at is not None
+    assert queued == 1
     assert message == {
         "kind": "answer",
         "toolCallId": call["toolCallId"],
         "submittedAt": submitted_at,
     }
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+
+
+NOTIFICATION_COLUMNS = (
+    "destination_uuid, topic, message, message_uuid, serialization, consumed, "
+    "consumed_by_function_id"
+)
+
+
+async def test_an_enlisted_message_is_the_row_dbos_writes(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """On Postgres the message rides in the store's own statement (``WriteBatch.notify``),
+    not through ``DBOSClient.send_in_transaction``: its row must be the one DBOS's client
+    writes for the same message (portable JSON, the key suffixed with the workflow id), so
+    DBOS's ``recv`` reads it as its own, and a second one with the same key is dropped."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite enlists through DBOS's own client")
+    from dbos import WorkflowSerializationFormat
+
+    runtime = await make_runtime([editor_agent()])
+    handle = await runtime.start("editor", "1 edit")
+    await runtime.wait_for_pending(handle.session_id)
+    workflow_id = names.turn_workflow_id(handle.session_id, handle.run_id)
+    message: TurnMessage = {"kind": "answer", "toolCallId": "tc-é", "submittedAt": 12}
+    store, client = runtime.ctx.store, runtime.ctx.client
+
+    async def ours(conn: Any) -> None:
+        for _ in range(2):  # the same key twice: one row
+            await wake.enlist(runtime.ctx, conn, workflow_id, message, "probe", "key")
+
+    async def dbos(conn: Any) -> None:
+        await conn.run_sync(
+            lambda sync: client.send_in_transaction(
+                sync,
+                workflow_id,
+                message,
+                "probe",
+                "key2",
+                serialization_type=WorkflowSerializationFormat.PORTABLE,
+            )
+        )
+
+    await store.transact(ours)
+    await store.transact(dbos)
+    async with store.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.text(
+                    f"SELECT {NOTIFICATION_COLUMNS} FROM dbos.notifications"
+                    " WHERE topic = 'probe' ORDER BY message_uuid"
+                )
+            )
+        ).all()
+    assert [r.message_uuid for r in rows] == [f"key2::{workflow_id}", f"key::{workflow_id}"]
+    theirs, mine = ({k: v for k, v in r._mapping.items() if k != "message_uuid"} for r in rows)
+    assert mine == theirs
+    assert mine["serialization"] == "portable_json"
+
+
+async def test_a_submit_is_the_root_locked_and_one_write_on_postgres(
+    make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit reads nothing before its transaction: the root's row is locked (it routes the
+    call and holds the entry), and the answer, the row's swap and the wake-up message go out
+    as one statement. The turn then completes on that message."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite sends each write on its own")
+    import psycopg
+
+    runtime = await make_runtime([editor_agent()])
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    workflow_id = names.turn_workflow_id(handle.session_id, handle.run_id)
+    # The turn parks after its pending entry commits: wait until it does, so that only the
+    # submit's own statements are counted below.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while workflow_id not in runtime.ctx.parked and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    sent: list[str] = []
+    original = psycopg.AsyncCursor.execute
+    submitting = asyncio.current_task()
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if asyncio.current_task() is submitting:  # not the runtime's background work
+            sent.append(str(query))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    answer = await runtime.submit_tool_result(
+        handle.session_id, call["toolCallId"], result={"applied": 1}
+    )
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", original)
+    assert answer.status == "accepted"
+    assert len(sent) == 2, sent
+    assert "FOR UPDATE" in sent[0]
+    assert "cas_states" in sent[1] and "dbos.notifications" in sent[1]
     assert (await runtime.wait(handle.session_id))["status"] == "completed"

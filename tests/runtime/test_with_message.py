@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from dbos import DBOS
 from pydantic import BaseModel
 
 from helix_dbos.core.agents import define_agent
@@ -23,6 +22,7 @@ from helix_dbos.errors import AgentNotResumableError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.testing import capture_log_events
+from tests.runtime.wakeups import lose_answer_wakeups
 
 NEW_MESSAGE = "never mind, do Y instead"
 
@@ -83,33 +83,6 @@ async def parked_on_two(rt: AgentRuntime) -> tuple[str, list[dict[str, Any]]]:
     handle = await rt.start("picker", "start")
     pending = await rt.wait_for_pending(handle.session_id, count=2)
     return handle.session_id, pending
-
-
-def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: Any) -> None:
-    """Make every submit's wake-up fail (the answer is still stored): both the send enlisted
-    in the answer's transaction and a plain send after it."""
-
-    def lost(message: Any) -> bool:
-        return isinstance(message, dict) and message.get("kind") == "answer"
-
-    real_send = DBOS.send_async
-
-    async def losing_send(destination_id: str, message: Any, topic: Any = None, **kw: Any) -> None:
-        if lost(message):
-            raise ConnectionError("the wake-up was lost")
-        await real_send(destination_id, message, topic, **kw)
-
-    monkeypatch.setattr(DBOS, "send_async", losing_send)
-    client = getattr(rt.ctx, "client", None)
-    if client is not None:
-        real_tx = client.send_in_transaction
-
-        def losing_tx(conn: Any, destination_id: str, message: Any, *args: Any, **kw: Any) -> Any:
-            if lost(message):
-                raise ConnectionError("the wake-up was lost")
-            return real_tx(conn, destination_id, message, *args, **kw)
-
-        monkeypatch.setattr(client, "send_in_transaction", losing_tx)
 
 
 async def test_with_message_abandon_pending_is_one_entry(make_runtime: Any) -> None:

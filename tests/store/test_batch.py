@@ -18,7 +18,7 @@ from helix_dbos.core.events import event
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
-from helix_dbos.store.store import SessionStore
+from helix_dbos.store.store import NoChange, Prior, SessionStore
 from tests.store.store_builders import pending_call, session
 
 
@@ -154,6 +154,129 @@ async def test_a_step_commit_is_two_statements(
     assert "FOR UPDATE" in statements[0]
     assert (await store.get("c1")).latest_checkpoint_id == "slot"
     assert (await store.get("s1")).version == 1
+
+
+async def test_a_commit_from_a_prior_read_is_one_statement(
+    pg_store: SessionStore, statements: list[str]
+) -> None:
+    """A commit that starts from the row as read before it (``Prior``: a model step's read
+    before its model call) sends its writes as one statement, no lock read; its events are
+    numbered from the row as the swap finds it, after events appended since the read."""
+    store = pg_store
+    await store.create_session(session("s1", status="running", run_id="r"))
+    prior = Prior(await store.get("s1"))
+    # Text deltas streamed while the model ran: the sequence moves, the version does not.
+    await store.append_events("s1", "r", [event("text_delta"), event("text_delta")])
+    statements.clear()
+
+    async def commit(conn: AsyncConnection) -> None:
+        await store.append_messages("s1", "r", [Message(role="assistant", content="x")], conn)
+        with store.pointing("s1", "slot") as pointed:
+            await store.update(["s1"], lambda s: None, conn=conn, prior=prior)
+        await store.append_events("s1", "r", [event("text"), event("turn_end")], conn)
+        await store.write_checkpoint(
+            "s1", "r", step_count=1, state={}, checkpoint_id="slot", pointed=pointed.done,
+            conn=conn,
+        )  # fmt: skip
+
+    await store.transact(commit)
+    assert len(statements) == 1, statements
+    events = await store.read_events("s1")
+    assert [(e.sequence, e.type) for e in events] == [
+        (1, "text_delta"),
+        (2, "text_delta"),
+        (3, "text"),
+        (4, "turn_end"),
+    ]
+    assert await store.append_events("s1", "r", [event("text")]) == 5
+    assert (await store.get("s1")).latest_checkpoint_id == "slot"
+
+
+async def test_a_lone_flush_is_the_whole_transaction(
+    pg_store: SessionStore, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that sends nothing but its flush sends it without BEGIN and COMMIT; a
+    swap that lost in it writes nothing at all (a statement is atomic by itself, and its other
+    parts write only if every swap landed)."""
+    from psycopg import _connection_base
+
+    store = pg_store
+    await store.create_session(session("s1", status="running", run_id="r"))
+    commands: list[bytes] = []
+    original = _connection_base.BaseConnection._exec_command
+
+    def exec_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        commands.append(bytes(command))
+        return original(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", exec_command)
+
+    def commit(prior: Prior, checkpoint: str) -> Any:
+        async def body(conn: AsyncConnection) -> None:
+            await store.append_messages("s1", "r", [Message(role="user", content="x")], conn)
+            await store.record_usage([_usage(checkpoint)], conn)
+            with store.pointing("s1", checkpoint) as pointed:
+                await store.update(["s1"], lambda s: None, conn=conn, prior=prior)
+            await store.append_events("s1", "r", [event("text")], conn)
+            await store.write_checkpoint(
+                "s1", "r", step_count=1, state={}, checkpoint_id=checkpoint,
+                pointed=pointed.done, conn=conn,
+            )  # fmt: skip
+
+        return body
+
+    prior = Prior(await store.get("s1"))
+    statements.clear()
+    await store.transact(commit(prior, "c1"))
+    assert len(statements) == 1 and commands == [], (statements, commands)
+    assert [e.sequence for e in await store.read_events("s1")] == [1]
+
+    stale = Prior(await store.get("s1"))
+    await store.update(["s1"], lambda s: None)  # another writer moves the row on
+    with pytest.raises(StaleStateError):
+        await store.transact(commit(stale, "c2"), attempts=1)
+    assert [m.content for m in await store.load_messages("s1")] == ["x"]
+    assert [e.sequence for e in await store.read_events("s1")] == [1]
+    assert await store.get_checkpoint("c2") is None
+    assert await _count(store, "__agents_usage", "s1") == 1
+
+
+async def test_a_commit_from_a_stale_prior_read_runs_again_on_the_row(
+    store: SessionStore,
+) -> None:
+    """A row changed since the prior read (a stop, a new message) fails the swap: nothing of
+    that attempt lands, not its events either, and the retried transaction decides on the row
+    as it is now."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+    prior = Prior(await store.get("s1"))
+    await store.update(["s1"], lambda s: setattr(s["s1"], "status", "interrupted"))
+    seen: list[str] = []
+
+    def finish(states: dict[str, SessionState]) -> None:
+        seen.append(states["s1"].status)
+        states["s1"].status = "completed"
+
+    async def commit(conn: AsyncConnection) -> None:
+        await store.update(["s1"], finish, conn=conn, prior=prior)
+        await store.append_events("s1", "r", [event("turn_end")], conn)
+
+    await store.transact(commit)
+    assert seen == ["running", "interrupted"]
+    assert [(e.sequence, e.type) for e in await store.read_events("s1")] == [(1, "turn_end")]
+
+
+async def test_no_change_from_a_prior_read_is_decided_on_the_row(store: SessionStore) -> None:
+    """A mutation that writes nothing has no swap to check the prior read: it is decided
+    again on the row as it is now (a fence must see a stop that came after the read)."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+    prior = Prior(await store.get("s1"))
+    await store.update(["s1"], lambda s: setattr(s["s1"], "status", "interrupted"))
+
+    def unchanged(states: dict[str, SessionState]) -> None:
+        raise NoChange(states["s1"].status)
+
+    _, status = await store.update(["s1"], unchanged, prior=prior)
+    assert status == "interrupted"
 
 
 async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
