@@ -81,7 +81,8 @@ class ScriptedLLM:
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         """Answer from the script; stream the text as one delta."""
         self._calls += 1
-        self.requests.append(request.model_copy(deep=True))
+        if self.requests.maxlen != 0:  # a copy only to keep (one per call was a real cost)
+            self.requests.append(request.model_copy(deep=True))
         if self.delay_seconds > 0:
             await asyncio.sleep(self.delay_seconds)
         response = self._script(request)

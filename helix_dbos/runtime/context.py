@@ -12,6 +12,7 @@ from typing import Any
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
+from .handover import Handovers
 
 __all__ = ["RuntimeContext", "current", "install", "uninstall"]
 
@@ -29,6 +30,8 @@ class RuntimeContext:
     client: Any = None
     """A lazy ``dbos.DBOSClient`` on the system database, used only to enlist wake-up messages
     in our own store transactions (``send_in_transaction``)."""
+    handovers: Handovers = field(default_factory=Handovers)
+    """Entries being committed, for the turns they start (``handover.py``)."""
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""

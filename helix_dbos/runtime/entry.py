@@ -22,7 +22,13 @@ from .context import current
 from .once import exactly_once, step_connection
 from .records import STASH_KEY, ChildStarted, FencedResult
 
-__all__ = ["ACTIVE_STATUSES", "open_turn", "start_child_session", "unpaired_tool_calls"]
+__all__ = [
+    "ACTIVE_STATUSES",
+    "entry_messages",
+    "open_turn",
+    "start_child_session",
+    "unpaired_tool_calls",
+]
 
 ACTIVE_STATUSES = frozenset({"running", "suspended_client_tool"})
 
@@ -37,6 +43,13 @@ def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
         for call in m.tool_calls
         if call.id not in answered
     ]
+
+
+def entry_messages(message: str | None, turn_id: str) -> list[Message]:
+    """The rows a turn's entry appends for ``message``: it, marked as the turn's own input."""
+    if message is None:
+        return []
+    return [mark_entry_input(Message(role="user", content=message), turn_id)]
 
 
 async def open_turn(
@@ -108,11 +121,7 @@ async def open_turn(
         )
         for tcid, name in unpaired_tool_calls(history)
     ]
-    entry = (
-        [mark_entry_input(Message(role="user", content=message), turn_id)]
-        if message is not None
-        else []
-    )
+    entry = entry_messages(message, turn_id)
     await store.append_messages(session_id, turn_id, healed + entry, conn)
     events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]
     if message is not None:

@@ -17,13 +17,14 @@ from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
-from ..observability.log import set_service_name
+from ..observability.log import log_event, set_service_name
 from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records
 from .control import stash_entry, stop_tree, tree_of
-from .entry import open_turn
+from .entry import entry_messages, open_turn
 from .fleet import Fleet
+from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
 from .notify import EventSignals
 from .submit import MISSING, Submission, submit
@@ -254,11 +255,32 @@ class AgentRuntime:
     async def _enter(
         self, session_id: str, agent_type: str, message: str | None, *, new: bool = False
     ) -> TurnHandle:
+        """Claim the session for a new run, commit its entry and start its turn.
+
+        ``new``: the caller made the session id up (``start`` without one): see
+        ``_enter_new``.
+        """
         turn_id = records.new_run_id()
         if self.registry.get(agent_type).persistent:
             return await self._enter_persistent(session_id, agent_type, message, turn_id)
+        if new:
+            return await self._enter_new(session_id, agent_type, message, turn_id)
+        state = await self._open(session_id, agent_type, message, turn_id, new=False)
+        # The claim is committed; a crash before the workflow below starts leaves it without a
+        # workflow, and the reconciler (``heal``) starts that workflow under the same id.
+        workflow_id = names.turn_workflow_id(session_id, turn_id)
+        workflow = await _start_turn(
+            workflow_id, session_id, turn_id, state.agent_type, state.root_session_id
+        )
+        self._remember(workflow_id, workflow)
+        return TurnHandle(session_id, turn_id, workflow_id, workflow)
+
+    async def _open(
+        self, session_id: str, agent_type: str, message: str | None, turn_id: str, *, new: bool
+    ) -> SessionState:
+        """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
         try:
-            state = await self.store.transact(
+            return await self.store.transact(
                 lambda conn: open_turn(
                     self.store,
                     conn,
@@ -274,20 +296,46 @@ class AgentRuntime:
             raise AgentAlreadyRunningError(
                 f"Session {session_id!r} already has a turn running", sessionId=session_id
             ) from None
-        # The claim is committed; a crash before the workflow below starts leaves it without a
-        # workflow, and the reconciler (``heal``) starts that workflow under the same id.
+
+    async def _enter_new(
+        self, session_id: str, agent_type: str, message: str | None, turn_id: str
+    ) -> TurnHandle:
+        """A new session's first turn: its entry commits while DBOS starts its workflow.
+
+        Each one's round trips overlap the other's. The turn waits for the entry and takes
+        its inputs from it (``handover.py``). A crash between the two is repaired either way:
+        a claim without its workflow is started by the reconciler (``heal``); a workflow
+        without its entry finds no session and ends, writing nothing.
+        """
         workflow_id = names.turn_workflow_id(session_id, turn_id)
-        with SetWorkflowID(workflow_id):
-            workflow = await DBOS.start_workflow_async(
-                run_turn,
-                session_id,
-                turn_id,
-                state.agent_type,
-                state.root_session_id,
-                layout=names.TURN_LAYOUT,
-            )
+        handover = self.ctx.handovers.open(workflow_id)
+        starting = asyncio.ensure_future(
+            _start_turn(workflow_id, session_id, turn_id, agent_type, session_id)
+        )
+        try:
+            state = await self._open(session_id, agent_type, message, turn_id, new=True)
+        except BaseException:
+            handover.set_result(None)  # the turn ends at once
+            await self._settle_start(workflow_id, starting)
+            raise
+        # A new session's conversation is its entry, as ``open_turn`` appended it.
+        handover.set_result(EntryInputs(state, entry_messages(message, turn_id)))
+        try:
+            workflow = await starting
+        except BaseException:
+            self.ctx.handovers.close(workflow_id)
+            raise
         self._remember(workflow_id, workflow)
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
+
+    async def _settle_start(self, workflow_id: str, starting: asyncio.Future[Any]) -> None:
+        """Wait for a turn's start whose entry failed (the turn ends at once): it is kept for
+        the shutdown's grace wait like any turn; its own failure is only logged."""
+        try:
+            self._remember(workflow_id, await starting)
+        except Exception as exc:
+            self.ctx.handovers.close(workflow_id)
+            log_event("turn.start_failed", workflowId=workflow_id, error=type(exc).__name__)
 
     async def _enter_persistent(
         self, session_id: str, agent_type: str, message: str | None, turn_id: str
@@ -588,3 +636,13 @@ class AgentRuntime:
                     f"Session {session_id} is {view['status']} with {len(waiting)} pending calls"
                 )
             await asyncio.sleep(0.01)
+
+
+async def _start_turn(
+    workflow_id: str, session_id: str, turn_id: str, agent_type: str, root_session_id: str
+) -> Any:
+    """Start the turn workflow of a new run."""
+    with SetWorkflowID(workflow_id):
+        return await DBOS.start_workflow_async(
+            run_turn, session_id, turn_id, agent_type, root_session_id, layout=names.TURN_LAYOUT
+        )

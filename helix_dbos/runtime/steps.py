@@ -21,7 +21,7 @@ from ..core.llm import LLMRequest, LLMResponse
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest, stop_pending
-from ..errors import HelixError, ProviderError, with_details
+from ..errors import HelixError, ProviderError, SessionNotFoundError, with_details
 from ..observability import metrics
 from ..observability.log import log_event
 from ..store.faults import is_transient
@@ -38,6 +38,7 @@ from . import names
 from .context import current
 from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
+from .handover import EntryInputs
 from .once import FENCED, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
@@ -119,6 +120,7 @@ async def model_answer(
     agent_type: str,
     step: int,
     summary: TurnSummary,
+    entry: EntryInputs | None = None,
 ) -> ModelStepResult | FencedResult:
     """Call the model on the session's conversation and commit its answer, exactly once.
 
@@ -127,7 +129,8 @@ async def model_answer(
     suspending calls. A re-execution after the commit (a replay) returns the committed
     answer: the provider is called again only when nothing was committed. A retryable
     provider error is retried ``MODEL_ATTEMPTS`` times in all, with backoff; the last one is
-    raised.
+    raised. ``entry``: the inputs of a new session's first step as its entry committed them
+    (``handover``), read from the store otherwise (and on any retry).
 
     Returns:
         ``{"response", "llm", "plan", "deadlines"}``.
@@ -136,7 +139,7 @@ async def model_answer(
     while True:
         try:
             return await _model_once(
-                slot, session_id, root_session_id, run_id, agent_type, step, summary
+                slot, session_id, root_session_id, run_id, agent_type, step, summary, entry
             )
         except Exception as exc:
             if attempt >= MODEL_ATTEMPTS or not _retryable(exc):
@@ -151,6 +154,7 @@ async def model_answer(
                 errorCode=getattr(exc, "code", None),
             )
             attempt += 1
+            entry = None
             await asyncio.sleep(delay)
 
 
@@ -162,10 +166,19 @@ async def _model_once(
     agent_type: str,
     step: int,
     summary: TurnSummary,
+    entry: EntryInputs | None = None,
 ) -> ModelStepResult | FencedResult:
     """One attempt of ``model_answer`` (layout 2) or ``model_step`` (layout 1)."""
     ctx = current()
-    state, done, history = await ctx.store.step_inputs(session_id, slot)
+    if entry is not None:
+        # A new run of a new session: nothing of it is committed beyond its entry.
+        state, done, history = entry.state, None, entry.history
+    else:
+        try:
+            state, done, history = await ctx.store.step_inputs(session_id, slot)
+        except SessionNotFoundError:
+            # A turn whose entry never committed (its process died in between): no run.
+            return {FENCED: "session_missing"}
     if done is not None:
         # An earlier execution committed: its answer, without calling the provider again.
         return done["result"]  # type: ignore[no-any-return]

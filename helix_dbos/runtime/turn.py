@@ -43,6 +43,7 @@ from . import names, steps
 from .context import current
 from .entry import start_child_session
 from .failure import internal_error, turn_error
+from .handover import EntryInputs
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -90,6 +91,7 @@ class _Turn:
     __slots__ = (
         "agent",
         "agent_type",
+        "entry",
         "layout",
         "root_session_id",
         "run_id",
@@ -113,6 +115,8 @@ class _Turn:
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
         self.run_id = turn_id
+        self.entry: EntryInputs | None = None
+        """The first step's inputs as this process's entry committed them (``handover``)."""
         self.summary: TurnSummary = {
             "steps": 0,
             "clientCalls": 0,
@@ -122,6 +126,11 @@ class _Turn:
         }
 
     async def run(self) -> TurnOutcome:
+        handed = await current().handovers.take(self.workflow_id)
+        if handed is None:
+            # The entry that started this turn failed: there is no run to continue.
+            return _outcome("stopped", "", None, None, self.run_id)
+        self.entry = handed if isinstance(handed, EntryInputs) else None
         try:
             try:
                 for step in range(self.agent.max_steps):
@@ -172,7 +181,8 @@ class _Turn:
         args = (self.session_id, self.root_session_id, self.run_id, self.agent_type, step)
         if self.layout == 1:
             return await steps.model_step(*args, self.summary)
-        return await steps.model_answer(self._slot(step, "model"), *args, self.summary)
+        entry, self.entry = self.entry, None  # only the first step starts from the entry
+        return await steps.model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
 
     async def _step(self, step: int) -> TurnOutcome | None:
         committed = _check_fence(await self._model(step))

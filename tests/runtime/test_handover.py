@@ -1,0 +1,97 @@
+"""A new session's entry commits while its turn's workflow starts, and hands the turn its
+inputs (``runtime/handover.py``): the first model step reads nothing back, sees exactly the
+conversation the store holds, and a turn whose entry failed (or never committed) ends without
+writing anything."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from dbos import DBOS, SetWorkflowID
+
+from helix_dbos.errors import StoreUnavailableError
+from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.runtime import entry as entry_module
+from helix_dbos.runtime import names, records
+from helix_dbos.runtime import runtime as runtime_module
+from helix_dbos.runtime.turn import run_turn
+from tests.runtime.agents import batch_script, editor_agent
+from tests.runtime.conftest import MakeRuntime
+
+
+async def test_the_first_step_takes_the_entry_it_was_handed(
+    make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model is called with the conversation the store holds (the entry, marked as the
+    run's input), and the step does not read it back."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    reads: list[str] = []
+    real = runtime.store.step_inputs
+
+    async def step_inputs(session_id: str, slot: str, conn: Any = None) -> Any:
+        reads.append(slot)
+        return await real(session_id, slot, conn)
+
+    monkeypatch.setattr(runtime.store, "step_inputs", step_inputs)
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    assert reads == []  # the first step read nothing back
+    _, _, stored = await real(handle.session_id, "no-such-slot")
+    [request] = llm.requests
+    assert [m.role for m in stored] == ["user", "assistant"]  # the entry, the model's answer
+    assert request.messages == stored[:1]
+    assert stored[0].meta == {"entryInput": {"runId": handle.run_id}}
+
+    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+    assert len(reads) == 1  # the second step reads the conversation, with the tool's result
+
+
+async def test_a_failed_entry_ends_its_turn_without_a_write(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry fails after the workflow started: the caller gets the entry's error, the
+    turn ends ``stopped`` at once, no model is called and no session exists."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    session_id = records.new_session_id()
+    monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+
+    async def refused(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailableError()
+
+    monkeypatch.setattr(runtime_module, "open_turn", refused)
+    with pytest.raises(StoreUnavailableError):
+        await runtime.start("editor", "1 edit")
+    [workflow] = await DBOS.list_workflows_async(name=names.TURN_WORKFLOW)
+    assert workflow.workflow_id.startswith(names.turn_workflow_id(session_id, ""))
+    handle: Any = await DBOS.retrieve_workflow_async(workflow.workflow_id)
+    assert (await handle.get_result())["outcome"] == "stopped"
+    assert llm.calls == 0
+    assert await runtime.store.load(session_id) is None
+
+
+async def test_a_turn_without_its_entry_ends_without_a_write(make_runtime: MakeRuntime) -> None:
+    """A turn whose entry never committed (its process died between the two; recovery runs
+    it with nothing handed over) finds no session and ends ``stopped``, writing nothing."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    session_id, turn_id = "never-entered", "run-1"
+    with SetWorkflowID(names.turn_workflow_id(session_id, turn_id)):
+        handle: Any = await DBOS.start_workflow_async(
+            run_turn, session_id, turn_id, "editor", session_id, layout=names.TURN_LAYOUT
+        )
+    outcome = await asyncio.wait_for(handle.get_result(), 60)
+    assert outcome["outcome"] == "stopped"
+    assert llm.calls == 0
+    assert await runtime.store.load(session_id) is None
+
+
+def test_the_entry_handed_over_is_the_entry_appended() -> None:
+    """One function builds the entry's rows for both the store and the turn."""
+    [message] = entry_module.entry_messages("hello", "run-1")
+    assert (message.role, message.content) == ("user", "hello")
+    assert entry_module.entry_messages(None, "run-1") == []
