@@ -45,6 +45,7 @@ EVENT_LEVELS: dict[str, int] = {
     "turn.summary": logging.INFO,
     "turn.error_detail": logging.WARNING,
     "turn.model_retry": logging.WARNING,
+    "turn.start_failed": logging.ERROR,
     "session.healed": logging.WARNING,
     "store.retrying": logging.WARNING,
     "server.unauthenticated": logging.WARNING,

@@ -316,7 +316,9 @@ class AgentRuntime:
             state = await self._open(session_id, agent_type, message, turn_id, new=True)
         except BaseException:
             handover.set_result(None)  # the turn ends at once
-            await self._settle_start(workflow_id, starting)
+            # Not awaited: with the database down, DBOS's start waits for it to come back,
+            # and the caller must get the entry's error now.
+            starting.add_done_callback(lambda done: self._started_without_entry(workflow_id, done))
             raise
         # A new session's conversation is its entry, as ``open_turn`` appended it.
         handover.set_result(EntryInputs(state, entry_messages(message, turn_id)))
@@ -328,14 +330,15 @@ class AgentRuntime:
         self._remember(workflow_id, workflow)
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
-    async def _settle_start(self, workflow_id: str, starting: asyncio.Future[Any]) -> None:
-        """Wait for a turn's start whose entry failed (the turn ends at once): it is kept for
-        the shutdown's grace wait like any turn; its own failure is only logged."""
-        try:
-            self._remember(workflow_id, await starting)
-        except Exception as exc:
-            self.ctx.handovers.close(workflow_id)
-            log_event("turn.start_failed", workflowId=workflow_id, error=type(exc).__name__)
+    def _started_without_entry(self, workflow_id: str, starting: asyncio.Future[Any]) -> None:
+        """A turn started for an entry that failed (it ends at once when it runs): kept for
+        the shutdown's grace wait like any turn; a start that failed is only logged."""
+        if not starting.cancelled() and starting.exception() is None:
+            self._remember(workflow_id, starting.result())
+            return
+        self.ctx.handovers.close(workflow_id)
+        error = "cancelled" if starting.cancelled() else type(starting.exception()).__name__
+        log_event("turn.start_failed", workflowId=workflow_id, error=error)
 
     async def _enter_persistent(
         self, session_id: str, agent_type: str, message: str | None, turn_id: str

@@ -53,6 +53,7 @@ __all__ = [
     "MESSAGES",
     "NOTIFICATIONS",
     "STATES",
+    "STATE_COLUMNS",
     "USAGE",
     "WriteBatch",
     "begin",

@@ -58,7 +58,17 @@ from ..errors import (
 )
 from ..observability.log import log_event
 from . import pg
-from .batch import CHECKPOINTS, EVENTS, MESSAGES, STATES, begin, current_batch, end, settle
+from .batch import (
+    CHECKPOINTS,
+    EVENTS,
+    MESSAGES,
+    STATE_COLUMNS,
+    STATES,
+    begin,
+    current_batch,
+    end,
+    settle,
+)
 from .faults import is_transient
 from .history import LIVE_MESSAGE
 from .schema import checkpoints, events, messages, states, usage
@@ -101,20 +111,6 @@ _pointing: ContextVar[Pointing | None] = ContextVar("helix_store_pointing", defa
 
 # The statements every transition runs, built once: SQLAlchemy then neither rebuilds them nor
 # recomputes their cache keys on each call (a measurable share of a round trip's CPU).
-_STATE_COLUMNS = (
-    "agent_type",
-    "root_session_id",
-    "parent_session_id",
-    "status",
-    "run_id",
-    "workflow_id",
-    "pending_client_tool_calls",
-    "client_tool_call_ownership",
-    "completed_client_tool_calls",
-    "metadata",
-    "error",
-    "latest_checkpoint_id",
-)
 _STATE_BY_ID = states.select().where(states.c.session_id == sa.bindparam("sid"))
 _STATES_BY_IDS = states.select().where(states.c.session_id.in_(sa.bindparam("ids", expanding=True)))
 _SAVE_STATE = (
@@ -126,7 +122,7 @@ _SAVE_STATE = (
     .values(
         version=states.c.version + 1,
         updated_at=sa.bindparam("b_updated_at", type_=states.c.updated_at.type),
-        **{name: sa.bindparam(name, type_=states.c[name].type) for name in _STATE_COLUMNS},
+        **{name: sa.bindparam(name, type_=states.c[name].type) for name in STATE_COLUMNS},
     )
 )
 _CHECKPOINT_BY_ID = sa.select(checkpoints).where(
