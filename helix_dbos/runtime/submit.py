@@ -2,9 +2,11 @@
 
 The order is the seed's: check the size before anything is read; route through the root's
 ownership map to the owning session; fence on the call's run; validate against the tool's
-schema; store the answer durably on the pending entry (compare-and-swap); then
-``DBOS.send_async`` to the owner's workflow with an idempotency key made from the run and the
-call. The answer says what the stored result caused (its continuation).
+schema; store the answer durably on the pending entry (compare-and-swap); wake the owner's
+workflow with a DBOS message keyed by the run and the call. Everything after the size check
+is one transaction that starts by locking the root's row (``submit``), and the wake-up message
+commits in it (``wake.send_in_transaction``). The answer says what the stored result caused
+(its continuation).
 """
 
 from __future__ import annotations

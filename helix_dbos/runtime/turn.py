@@ -131,6 +131,7 @@ class _Turn:
             # The entry that started this turn failed: there is no run to continue.
             return _outcome("stopped", "", None, None, self.run_id)
         self.entry = handed if isinstance(handed, EntryInputs) else None
+        del handed  # this frame lives while the turn is parked: the entry is held once
         try:
             try:
                 for step in range(self.agent.max_steps):
