@@ -545,6 +545,7 @@ async def commit_results(
     plan: list[PlanItem],
     given: dict[str, ToolResult],
     woken: WokenAnswers | None = None,
+    prior: Prior | None = None,
 ) -> CommittedResults:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -556,6 +557,9 @@ async def commit_results(
 
     Fenced: only the session's live run, still active, settles its calls; a stopped or
     superseded run writes nothing (``{"fenced": reason}``).
+
+    ``prior``: the session's rows as read just before (``store.Prior``; layout 2): the commit
+    swaps from them, and is then one statement with no transaction around it.
 
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
@@ -596,7 +600,7 @@ async def commit_results(
 
     if suspending:
         _, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id], settle, conn=conn
+            [session_id, root_session_id], settle, conn=conn, prior=prior
         )
     else:
 

@@ -38,7 +38,7 @@ from ..core.agents import Agent
 from ..errors import HelixError
 from ..observability import tracing
 from ..observability.log import log_event
-from ..store.store import patience
+from ..store.store import Prior, patience
 from . import names, steps
 from .context import current
 from .entry import start_child_session
@@ -234,11 +234,12 @@ class _Turn:
                     )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
         args = (self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken)
-        settled = await (
-            steps.commit_results(*args)
-            if self.layout == 1
-            else steps.commit_results.direct(self._slot(step, "results"), *args)
-        )
+        if self.layout == 1:
+            settled = await steps.commit_results(*args)
+        else:
+            settled = await steps.commit_results.direct(
+                self._slot(step, "results"), *args, prior=await self._rows() if suspending else None
+            )
         ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += sum(r.get("waitMs", 0) for r in ordered)
@@ -248,6 +249,12 @@ class _Turn:
             if tool is not None and tool.finish_with and result.get("ok"):
                 return await self._finish("completed", "", None, output=result.get("result"))
         return None
+
+    async def _rows(self) -> Prior:
+        """The session's rows (and its root's), read now without a lock: a commit swaps from
+        them instead of reading them again in its transaction (``store.Prior``)."""
+        ids = list(dict.fromkeys([self.session_id, self.root_session_id]))
+        return Prior(*(await current().store.load_many(ids)).values())
 
     async def _park(self, suspending: list[PlanItem], deadlines: dict[str, int]) -> WokenAnswers:
         """Wait until every call has an answer or its deadline has lapsed (or a new message,
