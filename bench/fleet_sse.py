@@ -200,19 +200,28 @@ async def submit_to_frame(
 
 def dbos_times(url: str, sid: str) -> dict[str, float]:
     """DBOS's records of the continued turn (epoch ms -> s): the ``recv`` that consumed the
-    answer (its completion) and the commit step (its start)."""
+    answer (its completion) and the results commit (its start)."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT function_name, started_at_epoch_ms, completed_at_epoch_ms"
             " FROM dbos.operation_outputs WHERE workflow_uuid LIKE %s ORDER BY function_id",
             (f"helix:{sid}:%",),
         ).fetchall()
+        # Layout 2 records the results commit as its own checkpoint, not as a DBOS step: its
+        # time is the checkpoint's (taken as the commit's statement is built).
+        checkpoint = conn.execute(
+            "SELECT extract(epoch FROM min(created_at)) FROM __agents_checkpoints"
+            " WHERE checkpoint_id LIKE %s",
+            (f"helix:{sid}:%:results",),
+        ).fetchone()
     out: dict[str, float] = {}
     for name, started, completed in rows:
         if name == "DBOS.recv" and completed is not None:
             out["recv_consumed"] = completed / 1000
         elif name == "helix.turn.commit_results" and started is not None:
             out.setdefault("commit_step_started", started / 1000)
+    if checkpoint is not None and checkpoint[0] is not None and "commit_step_started" not in out:
+        out["commit_step_started"] = float(checkpoint[0])
     return out
 
 
@@ -222,7 +231,7 @@ HOPS = (
     ("submit answer at the client", "sent", "answered"),
     ("stream headers at the client", "sent", "headers"),
     ("turn's recv consumed the answer", "sent", "recv_consumed"),
-    ("turn's commit step started", "sent", "commit_step_started"),
+    ("turn's results commit started", "sent", "commit_step_started"),
     ("turn's events committed (events NOTIFY)", "sent", "events_commit"),
     ("first continuation frame at the client", "sent", "frame"),
 )
@@ -237,8 +246,8 @@ def hop_table(rounds: list[dict[str, float]]) -> dict[str, Any]:
             table[label] = round(statistics.median(values), 1)
     gaps = {
         "submit commit -> recv consumed": ("submit_commit", "recv_consumed"),
-        "recv consumed -> commit step started": ("recv_consumed", "commit_step_started"),
-        "commit step started -> events committed": ("commit_step_started", "events_commit"),
+        "recv consumed -> results commit started": ("recv_consumed", "commit_step_started"),
+        "results commit started -> events committed": ("commit_step_started", "events_commit"),
         "events committed -> frame at the client": ("events_commit", "frame"),
         "submit answer -> stream headers": ("answered", "headers"),
     }

@@ -221,26 +221,84 @@ async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float]:
     return (t1 - t0) * 1000, (t2 - t1) * 1000
 
 
-async def latency(fn: Any, rt: AgentRuntime, n: int) -> dict[str, float]:
-    for _ in range(10):
-        await fn(rt)
-    sus, res = [], []
-    cpu0, statements0 = time.process_time(), _statements
+#: Round trips per block: the kinds take turns block by block (see ``interleaved``).
+BLOCK = 10
+
+
+class _Tally:
+    """One kind's measured round trips, block by block."""
+
+    def __init__(self) -> None:
+        self.suspend: list[float] = []
+        self.resume: list[float] = []
+        self.cpu = 0.0
+        self.statements = 0
+        self.rates: dict[int, list[float]] = {}
+
+
+async def interleaved(
+    kinds: dict[str, Any], rt: AgentRuntime, url: str, n: int, total: int
+) -> dict[str, dict[str, float]]:
+    """Measure the kinds in turns of ``BLOCK`` round trips (and throughput in turns too), so
+        that a machine whose speed drifts during the run (other work, a busy neighbour) weighs on
+        every kind alike: the ratios compare like with like. Transactions per round trip are
+    counted apart, one kind at a time (``xacts_per_round_trip``).
+
+        Latency: ``n`` round trips per kind, one at a time. Throughput: ``total`` round trips per
+        kind at concurrency 1 and 16, in blocks of ``total / 4``; the rate is the blocks' total
+        over their summed time.
+    """
+    tallies = {label: _Tally() for label in kinds}
+    for fn in kinds.values():
+        for _ in range(10):
+            await fn(rt)
+    for _ in range(max(1, n // BLOCK)):
+        for label, fn in kinds.items():
+            tally = tallies[label]
+            cpu0, statements0 = time.process_time(), _statements
+            for _ in range(BLOCK):
+                s, r = await fn(rt)
+                tally.suspend.append(s)
+                tally.resume.append(r)
+            tally.cpu += time.process_time() - cpu0
+            tally.statements += _statements - statements0
+    for concurrency in (1, 16):
+        per_block = max(concurrency, total // 4)
+        for _ in range(4):
+            for label, fn in kinds.items():
+                elapsed = await throughput(fn, rt, concurrency, per_block)
+                tallies[label].rates.setdefault(concurrency, []).append(elapsed)
+    report: dict[str, dict[str, float]] = {}
+    for label, tally in tallies.items():
+        measured = len(tally.suspend)
+        report[label] = {
+            "suspend_p50": statistics.median(tally.suspend),
+            "suspend_p95": pct(tally.suspend, 95),
+            "resume_p50": statistics.median(tally.resume),
+            "resume_p95": pct(tally.resume, 95),
+            "cpu_ms_per_round_trip": tally.cpu * 1000 / measured,
+            "statements_per_round_trip": tally.statements / measured,
+            "pg_xacts_per_round_trip": await xacts_per_round_trip(kinds[label], rt, url),
+        }
+        for concurrency, times in tally.rates.items():
+            count = max(concurrency, total // 4) * len(times)
+            report[label][f"sessions_per_s_c{concurrency}"] = count / sum(times)
+    return report
+
+
+async def xacts_per_round_trip(fn: Any, rt: AgentRuntime, url: str, n: int = 50) -> float:
+    """Postgres transactions per round trip of ``fn`` (``n`` alone, the counters given time to
+    be reported: a backend reports them at most about once a second)."""
+    await asyncio.sleep(1.5)
+    x0 = xacts(url)
     for _ in range(n):
-        s, r = await fn(rt)
-        sus.append(s)
-        res.append(r)
-    return {
-        "suspend_p50": statistics.median(sus),
-        "suspend_p95": pct(sus, 95),
-        "resume_p50": statistics.median(res),
-        "resume_p95": pct(res, 95),
-        "cpu_ms_per_round_trip": (time.process_time() - cpu0) * 1000 / n,
-        "statements_per_round_trip": (_statements - statements0) / n,
-    }
+        await fn(rt)
+    await asyncio.sleep(1.5)
+    return (xacts(url) - x0) / n
 
 
 async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) -> float:
+    """The seconds ``total`` round trips take with ``concurrency`` clients."""
     queue = list(range(total))
 
     async def worker() -> None:
@@ -250,7 +308,7 @@ async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) ->
 
     t0 = time.perf_counter()
     await asyncio.gather(*[worker() for _ in range(concurrency)])
-    return total / (time.perf_counter() - t0)
+    return time.perf_counter() - t0
 
 
 async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[str, Any]:
@@ -328,13 +386,10 @@ async def main() -> None:
     report: dict[str, Any] = {"raw_dbos": {}, "helix": {}}
     try:
         if args.only != "parked":
-            for label, fn in (("raw_dbos", raw_round_trip), ("helix", helix_round_trip)):
-                x0 = xacts(url)
-                lat = await latency(fn, rt, args.iterations)
-                lat["pg_xacts_per_round_trip"] = (xacts(url) - x0) / (args.iterations + 10)
-                for c in (1, 16):
-                    lat[f"sessions_per_s_c{c}"] = await throughput(fn, rt, c, args.throughput)
-                report[label].update(lat)
+            kinds = {"raw_dbos": raw_round_trip, "helix": helix_round_trip}
+            measured = await interleaved(kinds, rt, url, args.iterations, args.throughput)
+            for label, figures in measured.items():
+                report[label].update(figures)
         else:
             # A few warm-up round trips each, so that first-use allocations (imports, pools,
             # compiled statements) are not counted as the parked sessions' memory.

@@ -4,9 +4,10 @@ The order is the seed's: check the size before anything is read; route through t
 ownership map to the owning session; fence on the call's run; validate against the tool's
 schema; store the answer durably on the pending entry (compare-and-swap); wake the owner's
 workflow with a DBOS message keyed by the run and the call. Everything after the size check
-is one transaction that starts by locking the root's row (``submit``), and the wake-up message
-commits in it (``wake.send_in_transaction``). The answer says what the stored result caused
-(its continuation).
+decides on the root's row as read once, and stores the answer, the row's compare-and-swap and
+the wake-up message (``wake.send_in_transaction``) in one statement; a row changed since the
+read fails the swap and the transaction runs again on the locked rows (``submit``). The
+answer says what the stored result caused (its continuation).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..observability.log import log_event
-from ..store.store import NoChange, RetryTransaction, now_ms
+from ..store.store import NoChange, Prior, RetryTransaction, now_ms
 from . import names
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
@@ -319,9 +320,11 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
 async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
     """Store one answer and wake the owning turn; see the module docstring for the order.
 
-    One transaction: the root's row, locked, routes the call (the owner is the root itself
-    unless a sub-agent made the call, whose row is locked next); the answer is stored by
-    compare-and-swap and its wake-up message enlisted with it. Nothing is read before it.
+    The root's row routes the call (the owner is the root itself unless a sub-agent made the
+    call, whose row is then locked and read); the answer is stored by compare-and-swap and its
+    wake-up message enlisted with it. The root is read once, unlocked, and the transaction
+    swaps from it (``store.Prior``): on the common path a submit is that read and one
+    statement, with no transaction around it.
     """
     _check(sub, ctx)
     store = ctx.store
@@ -349,7 +352,7 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
             return decide(states, routed)
 
         try:
-            saved, routed = await store.update([sub.session_id], at_root, conn=conn)
+            saved, routed = await store.update([sub.session_id], at_root, conn=conn, prior=prior)
             if isinstance(routed, str):
                 owner_id = routed
 
@@ -393,6 +396,11 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
                 sent = "sent"
         return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
 
+    # The root as it is now, unlocked: the transaction swaps from it, so a submit is this read
+    # and one statement. A row changed meanwhile (another answer of the batch) fails the swap,
+    # and the transaction runs again from the root's row locked.
+    root = await store.load(sub.session_id)
+    prior = Prior(root) if root is not None else None
     verdict = await store.transact(store_and_send)
     owner, entry = verdict.owner, verdict.entry
     if verdict.outcome == "unknown":

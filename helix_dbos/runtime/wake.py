@@ -107,7 +107,8 @@ async def enlist(
     key: str,
 ) -> None:
     """Write the message to ``workflow_id`` in ``conn``'s transaction, keyed as
-    ``DBOS.send(..., idempotency_key=key)`` keys it, and send the transaction's writes.
+    ``DBOS.send(..., idempotency_key=key)`` keys it, and send the transaction's writes: the
+    message is the transaction's last write (nothing may be sent after it).
 
     On Postgres the message row rides in the transaction's one statement (``WriteBatch``):
     the row ``DBOSClient.send_in_transaction`` inserts, in DBOS's portable JSON format, with
@@ -124,7 +125,8 @@ async def enlist(
     if batch is not None:
         text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
         batch.notify(workflow_id, topic, text, f"{key}::{workflow_id}")
-        await batch.flush()
+        # The transaction's last write (both callers enlist last): alone, it needs no BEGIN.
+        await batch.flush(last=True)
         return
     client = ctx.client
     assert client is not None, "no DBOS client to enlist with"

@@ -170,15 +170,16 @@ async def test_an_enlisted_message_is_the_row_dbos_writes(
     assert mine["serialization"] == "portable_json"
 
 
-async def test_a_submit_is_the_root_locked_and_one_write_on_postgres(
+async def test_a_submit_is_one_read_and_one_statement_on_postgres(
     make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A submit reads nothing before its transaction: the root's row is locked (it routes the
-    call and holds the entry), and the answer, the row's swap and the wake-up message go out
-    as one statement. The turn then completes on that message."""
+    """A submit reads the root's row once, then the answer, the row's compare-and-swap and the
+    wake-up message go out as one statement, with no transaction around it (no BEGIN, no
+    COMMIT). The turn then completes on that message."""
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite sends each write on its own")
     import psycopg
+    from psycopg import _connection_base
 
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
@@ -191,7 +192,9 @@ async def test_a_submit_is_the_root_locked_and_one_write_on_postgres(
     while workflow_id not in runtime.ctx.parked and loop.time() < deadline:
         await asyncio.sleep(0.02)
     sent: list[str] = []
+    commands: list[bytes] = []
     original = psycopg.AsyncCursor.execute
+    original_command = _connection_base.BaseConnection._exec_command
     submitting = asyncio.current_task()
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -199,13 +202,46 @@ async def test_a_submit_is_the_root_locked_and_one_write_on_postgres(
             sent.append(str(query))
         return await original(self, query, *args, **kwargs)
 
+    def exec_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, psycopg.AsyncConnection) and asyncio.current_task() is submitting:
+            commands.append(bytes(command))
+        return original_command(self, command, *args, **kwargs)
+
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", exec_command)
     answer = await runtime.submit_tool_result(
         handle.session_id, call["toolCallId"], result={"applied": 1}
     )
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", original)
+    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", original_command)
     assert answer.status == "accepted"
     assert len(sent) == 2, sent
-    assert "FOR UPDATE" in sent[0]
+    assert "__agents_states" in sent[0] and "FOR UPDATE" not in sent[0]
     assert "cas_states" in sent[1] and "dbos.notifications" in sent[1]
+    assert commands == []
     assert (await runtime.wait(handle.session_id))["status"] == "completed"
+
+
+async def test_answers_racing_on_one_row_are_each_stored_once(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The answers of one batch, submitted at once, swap the same row from the same read:
+    all but one lose their swap and run again on the locked row; every answer is stored once
+    and the turn continues once, with all of them."""
+    runtime = await make_runtime([editor_agent()])
+    handle = await runtime.start("editor", "4 edits")
+    calls = await runtime.wait_for_pending(handle.session_id)
+    answers = await asyncio.gather(
+        *(
+            runtime.submit_tool_result(handle.session_id, c["toolCallId"], result={"applied": i})
+            for i, c in enumerate(calls)
+        )
+    )
+    assert [a.status for a in answers] == ["accepted"] * 4
+    assert (
+        sum(a.continuation is not None and a.continuation.kind == "new_run" for a in answers) == 1
+    )
+    view = await runtime.wait(handle.session_id)
+    assert view["status"] == "completed"
+    tool = [m for m in await runtime.messages(handle.session_id) if m.role == "tool"]
+    assert sorted(m.result["applied"] for m in tool if m.result) == [0, 1, 2, 3]
