@@ -415,15 +415,7 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         if verdict.reason == "stopped":
             return _unknown(tcid, "run_stopped")
         if verdict.reason == "timeout":
-            log_event(
-                "client_tool.submit_late",
-                sessionId=sub.session_id,
-                toolCallId=tcid,
-                runId=verdict.run_id,
-                completedAt=verdict.at,
-                submittedAt=now_ms(),
-            )
-            return _unknown(tcid, "deadline_lapsed")
+            return _late(sub, verdict.run_id, completedAt=verdict.at, submittedAt=now_ms())
         return SubmitAnswer(
             status="already_completed",
             continuation=Continuation(kind="consumed"),
@@ -431,16 +423,13 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         )
     assert owner is not None and entry is not None
     if verdict.outcome == "lapsed":
-        log_event(
-            "client_tool.submit_late",
-            sessionId=sub.session_id,
-            toolCallId=tcid,
-            runId=entry.run_id,
+        return _late(
+            sub,
+            entry.run_id,
             toolName=entry.tool_name,
             deadlineAt=entry.deadline_at,
             submittedAt=verdict.at,
         )
-        return _unknown(tcid, "deadline_lapsed")
     if verdict.outcome == "duplicate":
         return await _duplicate(ctx, owner, entry)
     log_event(
@@ -464,6 +453,18 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         tool_call_id=tcid,
         owner_workflow_id=owner.workflow_id,
     )
+
+
+def _late(sub: Submission, run_id: str | None, **fields: Any) -> SubmitAnswer:
+    """A submit after the call's deadline: logged, answered ``deadline_lapsed``."""
+    log_event(
+        "client_tool.submit_late",
+        sessionId=sub.session_id,
+        toolCallId=sub.tool_call_id,
+        runId=run_id,
+        **fields,
+    )
+    return _unknown(sub.tool_call_id, "deadline_lapsed")
 
 
 async def _duplicate(ctx: RuntimeContext, owner: SessionState, entry: PendingCall) -> SubmitAnswer:

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from helix_dbos.core.events import event
+from helix_dbos.core.events import EventType, event
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
@@ -32,6 +32,36 @@ async def _count(store: SessionStore, table: str, session_id: str) -> int:
 
 def _usage(key: str, session_id: str = "s1") -> dict[str, Any]:
     return {"session_id": session_id, "source_type": "llm", "value": 1, "dedupe_key": key}
+
+
+def _step_commit(
+    store: SessionStore,
+    session_id: str,
+    rows: list[str],
+    events: list[EventType],
+    *,
+    checkpoint: str = "slot",
+    usage: str | None = None,
+    prior: Prior | None = None,
+) -> Any:
+    """A model step's commit as the runtime makes it: the assistant message (and a usage row
+    keyed ``usage``), the rows' swap moving the checkpoint pointer, the events, the
+    checkpoint."""
+
+    async def commit(conn: AsyncConnection) -> None:
+        answer = [Message(role="assistant", content="x")]
+        await store.append_messages(session_id, "r", answer, conn)
+        if usage is not None:
+            await store.record_usage([_usage(usage, session_id)], conn)
+        with store.pointing(session_id, checkpoint) as pointed:
+            await store.update(rows, lambda s: None, conn=conn, prior=prior)
+        await store.append_events(session_id, "r", [event(t) for t in events], conn)
+        await store.write_checkpoint(
+            session_id, "r", step_count=1, state={}, checkpoint_id=checkpoint,
+            pointed=pointed.done, conn=conn,
+        )  # fmt: skip
+
+    return commit
 
 
 @pytest.fixture
@@ -138,18 +168,7 @@ async def test_a_step_commit_is_two_statements(
     await store.create_session(session("c1", root="s1", status="running", run_id="r"))
     statements.clear()
 
-    async def commit(conn: AsyncConnection) -> None:
-        await store.append_messages("c1", "r", [Message(role="assistant", content="x")], conn)
-        await store.record_usage([_usage("u1", "c1")], conn)
-        with store.pointing("c1", "slot") as pointed:
-            await store.update(["c1", "s1"], lambda s: None, conn=conn)
-        await store.append_events("c1", "r", [event("text")], conn)
-        await store.write_checkpoint(
-            "c1", "r", step_count=1, state={}, checkpoint_id="slot", pointed=pointed.done,
-            conn=conn,
-        )  # fmt: skip
-
-    await store.transact(commit)
+    await store.transact(_step_commit(store, "c1", ["c1", "s1"], ["text"], usage="u1"))
     assert len(statements) == 2, statements
     assert "FOR UPDATE" in statements[0]
     assert (await store.get("c1")).latest_checkpoint_id == "slot"
@@ -169,17 +188,7 @@ async def test_a_commit_from_a_prior_read_is_one_statement(
     await store.append_events("s1", "r", [event("text_delta"), event("text_delta")])
     statements.clear()
 
-    async def commit(conn: AsyncConnection) -> None:
-        await store.append_messages("s1", "r", [Message(role="assistant", content="x")], conn)
-        with store.pointing("s1", "slot") as pointed:
-            await store.update(["s1"], lambda s: None, conn=conn, prior=prior)
-        await store.append_events("s1", "r", [event("text"), event("turn_end")], conn)
-        await store.write_checkpoint(
-            "s1", "r", step_count=1, state={}, checkpoint_id="slot", pointed=pointed.done,
-            conn=conn,
-        )  # fmt: skip
-
-    await store.transact(commit)
+    await store.transact(_step_commit(store, "s1", ["s1"], ["text", "turn_end"], prior=prior))
     assert len(statements) == 1, statements
     events = await store.read_events("s1")
     assert [(e.sequence, e.type) for e in events] == [
@@ -211,30 +220,21 @@ async def test_a_lone_flush_is_the_whole_transaction(
 
     monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", exec_command)
 
-    def commit(prior: Prior, checkpoint: str) -> Any:
-        async def body(conn: AsyncConnection) -> None:
-            await store.append_messages("s1", "r", [Message(role="user", content="x")], conn)
-            await store.record_usage([_usage(checkpoint)], conn)
-            with store.pointing("s1", checkpoint) as pointed:
-                await store.update(["s1"], lambda s: None, conn=conn, prior=prior)
-            await store.append_events("s1", "r", [event("text")], conn)
-            await store.write_checkpoint(
-                "s1", "r", step_count=1, state={}, checkpoint_id=checkpoint,
-                pointed=pointed.done, conn=conn,
-            )  # fmt: skip
-
-        return body
-
     prior = Prior(await store.get("s1"))
     statements.clear()
-    await store.transact(commit(prior, "c1"))
+    await store.transact(
+        _step_commit(store, "s1", ["s1"], ["text"], checkpoint="c1", usage="c1", prior=prior)
+    )
     assert len(statements) == 1 and commands == [], (statements, commands)
     assert [e.sequence for e in await store.read_events("s1")] == [1]
 
     stale = Prior(await store.get("s1"))
     await store.update(["s1"], lambda s: None)  # another writer moves the row on
     with pytest.raises(StaleStateError):
-        await store.transact(commit(stale, "c2"), attempts=1)
+        await store.transact(
+            _step_commit(store, "s1", ["s1"], ["text"], checkpoint="c2", usage="c2", prior=stale),
+            attempts=1,
+        )
     assert [m.content for m in await store.load_messages("s1")] == ["x"]
     assert [e.sequence for e in await store.read_events("s1")] == [1]
     assert await store.get_checkpoint("c2") is None
