@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from helix_dbos.runtime import names, wake
 from helix_dbos.runtime.records import TurnMessage
 from helix_dbos.store.schema import states
+from tests.psycopg_probe import record_commands
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -179,7 +180,6 @@ async def test_a_submit_is_one_read_and_one_statement_on_postgres(
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite sends each write on its own")
     import psycopg
-    from psycopg import _connection_base
 
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
@@ -192,9 +192,7 @@ async def test_a_submit_is_one_read_and_one_statement_on_postgres(
     while workflow_id not in runtime.ctx.parked and loop.time() < deadline:
         await asyncio.sleep(0.02)
     sent: list[str] = []
-    commands: list[bytes] = []
     original = psycopg.AsyncCursor.execute
-    original_command = _connection_base.BaseConnection._exec_command
     submitting = asyncio.current_task()
 
     async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -202,18 +200,12 @@ async def test_a_submit_is_one_read_and_one_statement_on_postgres(
             sent.append(str(query))
         return await original(self, query, *args, **kwargs)
 
-    def exec_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self, psycopg.AsyncConnection) and asyncio.current_task() is submitting:
-            commands.append(bytes(command))
-        return original_command(self, command, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
-    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", exec_command)
-    answer = await runtime.submit_tool_result(
-        handle.session_id, call["toolCallId"], result={"applied": 1}
-    )
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", original)
-    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", original_command)
+    with pytest.MonkeyPatch.context() as watching:
+        watching.setattr(psycopg.AsyncCursor, "execute", execute)
+        commands = record_commands(watching, lambda _conn: asyncio.current_task() is submitting)
+        answer = await runtime.submit_tool_result(
+            handle.session_id, call["toolCallId"], result={"applied": 1}
+        )
     assert answer.status == "accepted"
     assert len(sent) == 2, sent
     assert "__agents_states" in sent[0] and "FOR UPDATE" not in sent[0]

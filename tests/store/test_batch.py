@@ -19,6 +19,7 @@ from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
 from helix_dbos.store.store import NoChange, Prior, SessionStore
+from tests.psycopg_probe import record_commands
 from tests.store.store_builders import pending_call, session
 
 
@@ -207,18 +208,9 @@ async def test_a_lone_flush_is_the_whole_transaction(
     """A transaction that sends nothing but its flush sends it without BEGIN and COMMIT; a
     swap that lost in it writes nothing at all (a statement is atomic by itself, and its other
     parts write only if every swap landed)."""
-    from psycopg import _connection_base
-
     store = pg_store
     await store.create_session(session("s1", status="running", run_id="r"))
-    commands: list[bytes] = []
-    original = _connection_base.BaseConnection._exec_command
-
-    def exec_command(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
-        commands.append(bytes(command))
-        return original(self, command, *args, **kwargs)
-
-    monkeypatch.setattr(_connection_base.BaseConnection, "_exec_command", exec_command)
+    commands = record_commands(monkeypatch)
 
     prior = Prior(await store.get("s1"))
     statements.clear()
