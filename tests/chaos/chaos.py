@@ -185,12 +185,25 @@ async def run_chaos(
             await asyncio.sleep(rng.uniform(0.2, 1.0))
             await killer.kill_at(point)
 
+    more: list[str] = []
+
+    async def until_every_kill(monkey: asyncio.Task[None]) -> None:
+        # The sessions may all end before the last kill (a restart takes seconds; a fast
+        # runtime does not): keep one more session in flight until every kill has fired.
+        index = sessions
+        while not monkey.done():
+            more.append(await one(index))
+            index += 1
+
     try:
         all_done = asyncio.Event()
         monkey = asyncio.create_task(chaos_monkey(all_done))
-        session_ids = await asyncio.gather(*(one(i) for i in range(sessions)))
+        filler = asyncio.create_task(until_every_kill(monkey))
+        session_ids = list(await asyncio.gather(*(one(i) for i in range(sessions))))
+        await filler
         all_done.set()
         await monkey
+        session_ids += more
         seconds = time.monotonic() - began
     finally:
         await client.close()
@@ -200,7 +213,7 @@ async def run_chaos(
     findings = check_database(database_url, list(session_ids), stored_not_interrupted)
     completed = _final_statuses(database_url, interrupted)
     return ChaosReport(
-        sessions=sessions,
+        sessions=len(session_ids),
         kills_by_point=killer.by_point,
         seconds=seconds,
         findings=findings,
