@@ -400,8 +400,12 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
     # and one statement. A row changed meanwhile (another answer of the batch) fails the swap,
     # and the transaction runs again from the root's row locked.
     root = await store.load(sub.session_id)
-    prior = Prior(root) if root is not None else None
-    verdict = await store.transact(store_and_send)
+    if root is None:
+        # No session, no call to answer (one created after this read has no call pending).
+        verdict = _Verdict("unknown", reason="root_state_not_found")
+    else:
+        prior = Prior(root)
+        verdict = await store.transact(store_and_send)
     owner, entry = verdict.owner, verdict.entry
     if verdict.outcome == "unknown":
         log_event(
