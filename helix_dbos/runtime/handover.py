@@ -9,17 +9,24 @@ reconciler, or by another process) reads its inputs as usual.
 
 If the entry fails (the session is busy, the database refused it), the turn learns it here
 and ends at once, writing nothing.
+
+The same holds between a woken turn's results commit and its next model step
+(``Resumption``): the turn reads its rows and its conversation once, when it wakes; the
+results commit swaps from those rows, and hands the next model step the row it committed and
+the conversation with the results appended. The next step reads nothing back.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.messages import Message
 from ..core.session import SessionState
+from ..store.store import Prior
 
-__all__ = ["EntryInputs", "Handovers"]
+__all__ = ["EntryInputs", "Handovers", "Resumption"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +62,41 @@ class Handovers:
         if waiter is None:
             return False
         return await waiter
+
+
+class Resumption:
+    """What a woken turn read (its rows and conversation), for its results commit, and what
+    that commit hands over to the next model step.
+
+    The commit swaps from the rows (``prior``). When its swap landed on the owner's row as
+    read (no other write came in between, so the conversation read with it is still the
+    whole conversation), it ``offer``s the row it committed and the conversation with its
+    messages appended. The turn ``take``s them only for the result the commit returned: a
+    commit that returned a recorded result (a replay, a duplicate execution) or ran again on
+    a changed row hands over nothing, and the next step reads its inputs itself.
+    """
+
+    __slots__ = ("_history", "_inputs", "_read_version", "_result", "_session_id", "prior")
+
+    def __init__(self, session_id: str, states: dict[str, SessionState], history: list[Message]):
+        self._session_id = session_id
+        self._read_version = states[session_id].version
+        self._history = history
+        self._result: Any = None
+        self._inputs: EntryInputs | None = None
+        self.prior = Prior(*states.values())
+
+    def offer(self, result: Any, saved: SessionState, appended: list[Message]) -> None:
+        """The commit that returns ``result`` saved the owner's row as ``saved``, appending
+        ``appended`` to its conversation."""
+        if saved.version != self._read_version + 1:
+            self._result, self._inputs = None, None  # swapped from a row read again
+            return
+        self._result = result
+        self._inputs = EntryInputs(saved, [*self._history, *appended])
+
+    def take(self, result: Any) -> EntryInputs | None:
+        """The next step's inputs, if the commit returned ``result`` from the attempt that
+        offered them (once)."""
+        inputs, self._inputs, self._history = self._inputs, None, []
+        return inputs if result is self._result and inputs is not None else None

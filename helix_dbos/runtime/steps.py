@@ -38,7 +38,7 @@ from . import names
 from .context import current
 from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
-from .handover import EntryInputs
+from .handover import EntryInputs, Resumption
 from .once import FENCED, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
@@ -545,7 +545,7 @@ async def commit_results(
     plan: list[PlanItem],
     given: dict[str, ToolResult],
     woken: WokenAnswers | None = None,
-    prior: Prior | None = None,
+    resumed: Resumption | None = None,
 ) -> CommittedResults:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -558,8 +558,9 @@ async def commit_results(
     Fenced: only the session's live run, still active, settles its calls; a stopped or
     superseded run writes nothing (``{"fenced": reason}``).
 
-    ``prior``: the session's rows as read just before (``store.Prior``; layout 2): the commit
-    swaps from them, and is then one statement with no transaction around it.
+    ``resumed``: the session's rows and conversation as read when the turn woke (layout 2):
+    the commit swaps from those rows (``store.Prior``), and is then one statement with no
+    transaction around it; it hands the next model step its inputs (``Resumption``).
 
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
@@ -598,10 +599,15 @@ async def commit_results(
         owner.run_id = next_run
         return [resolved[item["toolCallId"]] for item in plan], stash
 
+    saved: SessionState | None = None
     if suspending:
-        _, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id], settle, conn=conn, prior=prior
+        committed, (results, stash) = await ctx.store.update(
+            [session_id, root_session_id],
+            settle,
+            conn=conn,
+            prior=resumed.prior if resumed is not None else None,
         )
+        saved = committed[session_id]
     else:
 
         def fence(states: dict[str, SessionState]) -> None:
@@ -645,7 +651,13 @@ async def commit_results(
     if stash and stash.get("message"):
         end_events.append(event("user_message", text=stash["message"]))
     await ctx.store.append_events(session_id, run_id, end_events, conn)
-    return {"results": results, "stashedMessage": bool(stash and stash.get("message"))}
+    out: CommittedResults = {
+        "results": results,
+        "stashedMessage": bool(stash and stash.get("message")),
+    }
+    if resumed is not None and saved is not None:
+        resumed.offer(out, saved, new_messages)
+    return out
 
 
 def log_settled(session_id: str, run_id: str, results: list[ToolResult]) -> None:

@@ -38,12 +38,12 @@ from ..core.agents import Agent
 from ..errors import HelixError
 from ..observability import tracing
 from ..observability.log import log_event
-from ..store.store import Prior, patience
+from ..store.store import patience
 from . import names, steps
 from .context import current
 from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import EntryInputs
+from .handover import EntryInputs, Resumption
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -237,9 +237,14 @@ class _Turn:
         if self.layout == 1:
             settled = await steps.commit_results(*args)
         else:
+            resumed = await self._resumption() if suspending else None
             settled = await steps.commit_results.direct(
-                self._slot(step, "results"), *args, prior=await self._rows() if suspending else None
+                self._slot(step, "results"), *args, resumed=resumed
             )
+            if resumed is not None:
+                # The next step starts from what this commit wrote (``Resumption``).
+                self.entry = resumed.take(settled)
+                del resumed
         ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += sum(r.get("waitMs", 0) for r in ordered)
@@ -250,11 +255,14 @@ class _Turn:
                 return await self._finish("completed", "", None, output=result.get("result"))
         return None
 
-    async def _rows(self) -> Prior:
-        """The session's rows (and its root's), read now without a lock: a commit swaps from
-        them instead of reading them again in its transaction (``store.Prior``)."""
-        ids = list(dict.fromkeys([self.session_id, self.root_session_id]))
-        return Prior(*(await current().store.load_many(ids)).values())
+    async def _resumption(self) -> Resumption:
+        """The session's rows (and its root's) and its conversation, read once now, without a
+        lock: the results commit swaps from the rows instead of reading them again in its
+        transaction (``store.Prior``), and the next model step starts from what it wrote."""
+        states, history = await current().store.resume_inputs(
+            self.session_id, [self.root_session_id]
+        )
+        return Resumption(self.session_id, states, history)
 
     async def _park(self, suspending: list[PlanItem], deadlines: dict[str, int]) -> WokenAnswers:
         """Wait until every call has an answer or its deadline has lapsed (or a new message,

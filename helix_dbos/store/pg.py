@@ -31,6 +31,7 @@ __all__ = [
     "LOCK_STATES",
     "STATE_BY_ID",
     "STATES_BY_IDS",
+    "RESUME_INPUTS",
     "STEP_INPUTS",
     "fetch",
     "fetch_last",
@@ -87,6 +88,20 @@ STEP_INPUTS = f"""
     FROM __agents_states AS s
     LEFT JOIN __agents_checkpoints AS c ON c.checkpoint_id = %s
     WHERE s.session_id = %s
+"""
+
+
+#: A woken turn's inputs in one statement: the rows of the sessions (``= ANY``), each with
+#: the live conversation of one of them (the owner's; the others' is NULL).
+RESUME_INPUTS = f"""
+    SELECT {", ".join(f"s.{c.strip()}" for c in _STATE_SELECT.split(","))},
+        CASE WHEN s.session_id = %s THEN (
+            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
+            FROM __agents_messages AS m
+            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
+        ) END
+    FROM __agents_states AS s
+    WHERE s.session_id = ANY(%s)
 """
 
 

@@ -885,6 +885,35 @@ class SessionStore:
             history = [] if done is not None else await self.load_messages(session_id, c)
         return _state_from_row(row), done, history
 
+    @_read_retried
+    async def resume_inputs(
+        self, session_id: str, session_ids: Sequence[str], conn: AsyncConnection | None = None
+    ) -> tuple[dict[str, SessionState], list[Message]]:
+        """What a turn woken from its park reads, on one connection: the rows of
+        ``session_ids`` (its own and its root's) and its own live conversation.
+
+        Raises:
+            SessionNotFoundError: ``session_id`` does not exist.
+        """
+        ids = list(dict.fromkeys([session_id, *session_ids]))
+        history: list[Message] = []
+        if self.dialect == "postgresql":
+            async with self._read(conn, (STATES, MESSAGES)) as c:
+                found = await pg.fetch(c, pg.RESUME_INPUTS, (session_id, ids))
+            rows: list[tuple[Any, ...]] = []
+            for *selected, history_rows in found:
+                rows.append(tuple(selected))
+                if selected[0] == session_id:
+                    history = [Message.from_row(r, m) for r, m in history_rows or ()]
+            states = {s.session_id: s for s in map(pg.state_from_tuple, rows)}
+        else:
+            async with self._read(conn, (STATES, MESSAGES)) as c:
+                states = await self.load_many(ids, c)
+                history = await self.load_messages(session_id, c)
+        if session_id not in states:
+            raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
+        return states, history
+
     # -- events -----------------------------------------------------------------------------
 
     async def append_events(

@@ -47,7 +47,50 @@ async def test_the_first_step_takes_the_entry_it_was_handed(
 
     await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
     assert (await runtime.wait(handle.session_id))["status"] == "completed"
-    assert len(reads) == 1  # the second step reads the conversation, with the tool's result
+    # The second step starts from what the results commit wrote (``Resumption``): it reads
+    # nothing back either, and the model sees the conversation as stored, result included.
+    assert reads == []
+    _, _, stored = await real(handle.session_id, "no-such-slot")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert llm.requests[1].messages == stored[:3]
+
+
+async def test_a_results_commit_on_a_changed_row_hands_nothing_over(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write lands between the woken turn's read and its results commit: the commit runs
+    again on the row as it is, and the next step reads its inputs itself (the conversation
+    read with the stale row may be stale too)."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    store = runtime.store
+    reads: list[str] = []
+    real_inputs, real_resume = store.step_inputs, store.resume_inputs
+
+    async def step_inputs(session_id: str, slot: str, conn: Any = None) -> Any:
+        reads.append(slot)
+        return await real_inputs(session_id, slot, conn)
+
+    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
+        read = await real_resume(session_id, session_ids, conn)
+
+        def touch(states: Any) -> None:
+            states[session_id].metadata["touched"] = True
+
+        await store.update([session_id], touch)  # a write after the read: the row moved on
+        return read
+
+    monkeypatch.setattr(store, "step_inputs", step_inputs)
+    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+    assert len(reads) == 1  # the second step read its inputs
+    _, _, stored = await real_inputs(handle.session_id, "no-such-slot")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert llm.requests[1].messages == stored[:3]
+    assert (await store.get(handle.session_id)).metadata["touched"] is True
 
 
 async def test_a_failed_entry_ends_its_turn_without_a_write(
