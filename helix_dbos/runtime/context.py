@@ -12,7 +12,7 @@ from typing import Any
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
-from .handover import Handovers
+from .handover import Handovers, Prefetches
 
 __all__ = ["RuntimeContext", "current", "install", "uninstall"]
 
@@ -32,6 +32,8 @@ class RuntimeContext:
     in our own store transactions (``send_in_transaction``)."""
     handovers: Handovers = field(default_factory=Handovers)
     """Entries being committed, for the turns they start (``handover.py``)."""
+    prefetches: Prefetches = field(default_factory=Prefetches)
+    """Reads started for parked turns that a submit is waking (``handover.py``)."""
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""

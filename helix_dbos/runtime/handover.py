@@ -14,11 +14,16 @@ The same holds between a woken turn's results commit and its next model step
 (``Resumption``): the turn reads its rows and its conversation once, when it wakes; the
 results commit swaps from those rows, and hands the next model step the row it committed and
 the conversation with the results appended. The next step reads nothing back.
+
+A submit that completes the batch of a turn parked in this process starts that read itself,
+as it wakes the turn (``Prefetches``): it then runs while DBOS consumes the wake-up message,
+not after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +31,10 @@ from ..core.messages import Message
 from ..core.session import SessionState
 from ..store.store import Prior
 
-__all__ = ["EntryInputs", "Handovers", "Resumption"]
+__all__ = ["EntryInputs", "Handovers", "Prefetches", "ResumeRead", "Resumption"]
+
+ResumeRead = tuple[dict[str, SessionState], list[Message]]
+"""What a woken turn reads (``SessionStore.resume_inputs``): its rows and its conversation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +108,31 @@ class Resumption:
         offered them (once)."""
         inputs, self._inputs, self._history = self._inputs, None, []
         return inputs if result is self._result and inputs is not None else None
+
+
+class Prefetches:
+    """Reads of a woken turn's inputs started early, by the workflow id of the turn.
+
+    The turn takes its read (once) when it leaves its park. It checks what it read like any
+    read of its own: its results commit swaps from the rows, so a read that went stale in
+    between costs a second read, never a wrong write.
+    """
+
+    __slots__ = ("_reads",)
+
+    def __init__(self) -> None:
+        self._reads: dict[str, asyncio.Task[ResumeRead]] = {}
+
+    def start(self, workflow_id: str, read: Coroutine[Any, Any, ResumeRead]) -> None:
+        """Start ``read`` for the turn ``workflow_id`` (replacing an earlier one)."""
+        task = asyncio.ensure_future(read)
+        # A read nobody takes (the turn was cancelled) must not log an unretrieved error.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        previous = self._reads.pop(workflow_id, None)
+        if previous is not None:
+            previous.cancel()
+        self._reads[workflow_id] = task
+
+    def take(self, workflow_id: str) -> asyncio.Task[ResumeRead] | None:
+        """The read started for ``workflow_id``, if any (once)."""
+        return self._reads.pop(workflow_id, None)

@@ -446,14 +446,22 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         hasError="error" in (entry.response or {}),
         kind=entry.kind,
     )
+    continuation = _continuation(owner, entry.run_id)
     if verdict.sent == "sent" and owner.workflow_id is not None:
+        if continuation.kind == "new_run" and owner.workflow_id in ctx.parked:
+            # The batch is complete and its turn is parked here: read what it will read
+            # when it wakes, while DBOS consumes the wake-up (``handover.Prefetches``).
+            ctx.prefetches.start(
+                owner.workflow_id,
+                store.resume_inputs(owner.session_id, [owner.root_session_id or sub.session_id]),
+            )
         wake_local(owner.workflow_id, names.tool_result_topic(tcid))
     elif verdict.sent in ("unavailable", "failed"):
         # The answer is stored; its wake-up could not ride in the transaction: send it now.
         await wake_answered(ctx, owner, entry)
     return SubmitAnswer(
         status="accepted",
-        continuation=_continuation(owner, entry.run_id),
+        continuation=continuation,
         tool_call_id=tcid,
         owner_workflow_id=owner.workflow_id,
     )

@@ -28,6 +28,7 @@ until the database is back, it never fails because of one.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Literal, TypeVar, cast
 
@@ -43,7 +44,7 @@ from . import names, steps
 from .context import current
 from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import EntryInputs, Resumption
+from .handover import EntryInputs, ResumeRead, Resumption
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -93,6 +94,7 @@ class _Turn:
         "agent_type",
         "entry",
         "layout",
+        "resume_read",
         "root_session_id",
         "run_id",
         "session_id",
@@ -117,6 +119,8 @@ class _Turn:
         self.run_id = turn_id
         self.entry: EntryInputs | None = None
         """The first step's inputs as this process's entry committed them (``handover``)."""
+        self.resume_read: asyncio.Task[ResumeRead] | None = None
+        """The read a submit started for this turn as it woke it (``handover.Prefetches``)."""
         self.summary: TurnSummary = {
             "steps": 0,
             "clientCalls": 0,
@@ -259,6 +263,12 @@ class _Turn:
         """The session's rows (and its root's) and its conversation, read once now, without a
         lock: the results commit swaps from the rows instead of reading them again in its
         transaction (``store.Prior``), and the next model step starts from what it wrote."""
+        read, self.resume_read = self.resume_read, None
+        if read is not None:
+            try:
+                return Resumption(self.session_id, *await read)
+            except Exception:
+                pass  # read again below (its rows could also miss: checked by the swap)
         states, history = await current().store.resume_inputs(
             self.session_id, [self.root_session_id]
         )
@@ -300,6 +310,7 @@ class _Turn:
                     break
         finally:
             parked.discard(workflow_id)
+            self.resume_read = current().prefetches.take(workflow_id)
         return woken
 
     async def _resolve(

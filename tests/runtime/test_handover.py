@@ -138,3 +138,57 @@ def test_the_entry_handed_over_is_the_entry_appended() -> None:
     [message] = entry_module.entry_messages("hello", "run-1")
     assert (message.role, message.content) == ("user", "hello")
     assert entry_module.entry_messages(None, "run-1") == []
+
+
+async def test_a_submit_here_starts_the_woken_turns_read(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer that completes a batch of a turn parked in this process starts the turn's
+    read as it wakes it (``handover.Prefetches``): the turn reads nothing itself, and ends
+    with the result applied. A batch's first answer of two starts nothing."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    store = runtime.store
+    readers: list[str | None] = []
+    real_resume = store.resume_inputs
+
+    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
+        readers.append(DBOS.workflow_id)  # None: not the turn's own code
+        return await real_resume(session_id, session_ids, conn)
+
+    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    handle = await runtime.start("editor", "2 edits")
+    first, second = await runtime.wait_for_pending(handle.session_id)
+    await runtime.submit_tool_result(handle.session_id, first["toolCallId"], result={"applied": 1})
+    assert readers == []
+    await runtime.submit_tool_result(handle.session_id, second["toolCallId"], result={"applied": 2})
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+    assert readers == [None]
+    _, _, stored = await store.step_inputs(handle.session_id, "no-such-slot")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert llm.requests[1].messages == stored[:4]
+
+
+async def test_a_failed_early_read_is_read_again_by_the_turn(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read a submit started fails (a database fault): the turn reads again itself."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    store = runtime.store
+    readers: list[str | None] = []
+    real_resume = store.resume_inputs
+
+    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
+        readers.append(DBOS.workflow_id)
+        if DBOS.workflow_id is None:
+            raise StoreUnavailableError()
+        return await real_resume(session_id, session_ids, conn)
+
+    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+    assert readers == [None, handle.workflow_id]
+    assert len(llm.requests) == 2
