@@ -5,7 +5,8 @@ when a session's events commit (NOTIFY is delivered at commit, never before), fr
 process wrote them. Each process keeps ONE listening connection, opened by the first stream
 that subscribes, and sets the ``asyncio.Event`` of every stream of that session. An idle open
 stream therefore costs no query at all; a stream on process B of a turn running on A wakes
-within one NOTIFY round trip.
+within one NOTIFY round trip. A stream of a turn running in its own process is woken by the
+commit itself (``wake``, through ``SessionStore.on_events``), without waiting for the NOTIFY.
 
 SQLite has no NOTIFY: there ``available`` is false and streams poll the store (and so do they
 when the listening connection cannot be opened). When the connection drops, every stream is
@@ -100,6 +101,14 @@ class EventSignals:
             self._wake_all()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    def wake(self, session_ids: set[str]) -> None:
+        """Wake this process's streams of ``session_ids``, whose events this process has just
+        committed: they read them now instead of one NOTIFY round trip later (the NOTIFY
+        still comes, and finds nothing new)."""
+        for session_id in session_ids:
+            for signal in self._waiters.get(session_id, ()):
+                signal.set()
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():

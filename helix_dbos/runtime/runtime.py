@@ -147,6 +147,7 @@ class AgentRuntime:
         if self.service_name:
             set_service_name(self.service_name)
         store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
+        store.on_events = self.signals.wake
         DBOS(config=self.dbos_config())  # type: ignore[arg-type]
         self._ctx = context.RuntimeContext(
             settings=s,

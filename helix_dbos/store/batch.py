@@ -272,6 +272,7 @@ class WriteBatch:
         "_seq",
         "_usage",
         "conn",
+        "evented",
     )
 
     def __init__(self, conn: AsyncConnection) -> None:
@@ -285,6 +286,8 @@ class WriteBatch:
         self._queued_messages: dict[str, int] = {}
         self._seq: dict[str, int] = {}
         self._dirty: set[str] = set()
+        self.evented: set[str] = set()
+        """The sessions whose events this transaction writes (``SessionStore.on_events``)."""
 
     # -- what the transaction holds ---------------------------------------------------------
 

@@ -404,6 +404,9 @@ class SessionStore:
         self.engine = engine
         self.max_state_bytes = max_state_bytes
         self.dialect = engine.dialect.name
+        self.on_events: Callable[[set[str]], None] | None = None
+        """Called with the sessions whose events a ``transact`` wrote, once it committed
+        (Postgres): the runtime wakes its own streams of them at once (``EventSignals``)."""
 
     @classmethod
     def from_url(
@@ -522,10 +525,13 @@ class SessionStore:
                     # The queued writes, in one statement, before COMMIT (or as the whole
                     # transaction, if the body sent nothing else).
                     await batch.flush(last=True)
-                    return value
                 finally:
                     end(queueing)
                     _bound.reset(token)
+            # Committed: this process's streams of those sessions need not wait for NOTIFY.
+            if batch.evented and self.on_events is not None:
+                self.on_events(batch.evented)
+            return value
 
         return await _retrying(
             once,
@@ -933,6 +939,8 @@ class SessionStore:
             return 0
         now = _now()
         batch = current_batch(conn)
+        if batch is not None:
+            batch.evented.add(session_id)
         if batch is not None and batch.can_queue_events(session_id):
             at = now.isoformat()
             last = batch.events(
