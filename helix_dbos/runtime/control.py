@@ -30,8 +30,7 @@ Stopped = list[tuple[SessionState, PendingCall]]
 
 async def tree_of(ctx: RuntimeContext, session_id: str) -> list[SessionState]:
     """The session and every session below it, parents first."""
-    top = await ctx.store.get(session_id)
-    below = await ctx.store.descendants(top.root_session_id)
+    top, *below = await ctx.store.tree(session_id)
     tree = [top]
     ids = {top.session_id}
     for state in below:  # created_at order puts parents before children

@@ -32,6 +32,7 @@ __all__ = [
     "STATE_BY_ID",
     "STATES_BY_IDS",
     "RESUME_INPUTS",
+    "TREE",
     "STEP_INPUTS",
     "fetch",
     "fetch_last",
@@ -102,6 +103,18 @@ RESUME_INPUTS = f"""
         ) END
     FROM __agents_states AS s
     WHERE s.session_id = ANY(%s)
+"""
+
+
+#: A session and every session of its tree created after it (its root's other sessions, the
+#: session itself first, then by creation), in one statement.
+TREE = f"""
+    SELECT {_STATE_SELECT}, 0 AS k, created_at FROM __agents_states WHERE session_id = %(sid)s
+    UNION ALL
+    SELECT {_STATE_SELECT}, 1 AS k, created_at FROM __agents_states
+    WHERE root_session_id = (SELECT root_session_id FROM __agents_states WHERE session_id = %(sid)s)
+        AND session_id <> root_session_id AND session_id <> %(sid)s
+    ORDER BY k, created_at
 """
 
 

@@ -789,6 +789,26 @@ class SessionStore:
             ).all()
         return [_state_from_row(r) for r in rows]
 
+    @_read_retried
+    async def tree(
+        self, session_id: str, conn: AsyncConnection | None = None
+    ) -> list[SessionState]:
+        """The session, then every other session of its root's tree but the root, parents
+        before children (in one statement on Postgres).
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        if self.dialect == "postgresql":
+            async with self._read(conn) as c:
+                found = await pg.fetch(c, pg.TREE, {"sid": session_id})
+            if not found:
+                raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
+            return [pg.state_from_tuple(row) for row in found]
+        top = await self.get(session_id, conn)
+        below = await self.descendants(top.root_session_id, conn)
+        return [top, *(s for s in below if s.session_id != session_id)]
+
     # -- messages ---------------------------------------------------------------------------
 
     async def append_messages(

@@ -134,6 +134,13 @@ async def test_list_sessions_and_descendants(store: SessionStore) -> None:
     assert [s.session_id for s in await store.list_sessions(status="running")] == ["root"]
     assert [s.session_id for s in await store.list_sessions(agent_type="planner")] == ["root"]
     assert [s.session_id for s in await store.descendants("root")] == ["child", "grandchild"]
+    # ``tree``: the session first, then its root's other sessions but the root, by creation.
+    assert [s.session_id for s in await store.tree("root")] == ["root", "child", "grandchild"]
+    assert [s.session_id for s in await store.tree("child")] == ["child", "grandchild"]
+    assert [s.session_id for s in await store.tree("grandchild")] == ["grandchild", "child"]
+    assert [s.session_id for s in await store.tree("other")] == ["other"]
+    with pytest.raises(SessionNotFoundError):
+        await store.tree("missing")
     many = await store.load_many(["root", "missing", "other"])
     assert set(many) == {"root", "other"}
 
