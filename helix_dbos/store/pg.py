@@ -11,10 +11,15 @@ Errors look as if SQLAlchemy had run the statement: a driver error is raised as 
 ``DBAPIError`` subclass (``IntegrityError`` for a conflict), and a connection that broke under
 the statement is handed to SQLAlchemy, which invalidates it (and the pool's older connections)
 as for any statement of its own.
+
+A read that joins no transaction does not go through SQLAlchemy's pool at all: ``LeanPool``
+keeps driver connections in autocommit mode for them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import psycopg
@@ -34,6 +39,7 @@ __all__ = [
     "RESUME_INPUTS",
     "TREE",
     "STEP_INPUTS",
+    "LeanPool",
     "fetch",
     "fetch_last",
     "state_from_tuple",
@@ -142,6 +148,18 @@ def state_from_tuple(row: tuple[Any, ...] | Any) -> SessionState:
     )
 
 
+async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """The driver connection of ``conn`` (checked out: no greenlet switch to look it up)."""
+    sync = conn.sync_connection
+    if sync is not None and not sync.closed and not sync.invalidated:
+        fairy = sync.connection  # held by the connection: no I/O here
+        driver = fairy.driver_connection
+    else:
+        driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    return driver
+
+
 async def fetch(
     conn: AsyncConnection, sql: str, params: tuple[Any, ...] | dict[str, Any]
 ) -> list[tuple[Any, ...]]:
@@ -150,8 +168,7 @@ async def fetch(
     Raises:
         sqlalchemy.exc.DBAPIError: as SQLAlchemy raises it (``IntegrityError`` ...).
     """
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
+    driver = await _driver(conn)
     try:
         # Every statement here returns rows (a flush ends in a SELECT).
         return await (await driver.execute(sql, params)).fetchall()
@@ -175,8 +192,7 @@ async def fetch_last(
     COMMIT: two round trips fewer, and one statement is atomic by itself. The caller's COMMIT
     then has nothing to do, and the driver sends none.
     """
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
+    driver = await _driver(conn)
     if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return await fetch(conn, sql, params)
     await driver.set_autocommit(True)
@@ -185,3 +201,84 @@ async def fetch_last(
     finally:
         if not driver.closed:
             await driver.set_autocommit(False)
+
+
+class LeanPool:
+    """Driver connections in autocommit mode for reads that are one statement.
+
+    A read through SQLAlchemy's pool pays for a checkout, an isolation-level switch and a
+    reset on checkin: about two thirds of the CPU of a one-statement read (measured: 350 us
+    against 105 us on the driver alone). These reads join no transaction, so they need none
+    of it. A connection that broke is closed, and with it every idle one (a restarted server
+    ended them all); one older than ``recycle_seconds`` is replaced.
+    """
+
+    def __init__(self, url: str, size: int, recycle_seconds: float = 1800.0) -> None:
+        self._url = url
+        self._size = size
+        self._recycle = recycle_seconds
+        self._idle: list[tuple[float, psycopg.AsyncConnection[Any]]] = []
+        self._slots: asyncio.Semaphore | None = None
+
+    async def fetch(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` on its own, on an idle connection (or a new one); its rows.
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: as ``fetch`` raises it.
+        """
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._size)
+        async with self._slots:
+            born, driver = await self._take(sql, params)
+            try:
+                rows = await (await driver.execute(sql, params)).fetchall()
+            except BaseException as exc:
+                self._give_back(born, driver)
+                if isinstance(exc, psycopg.Error):
+                    raise _wrapped(sql, params, exc, driver.broken or driver.closed) from exc
+                raise
+            self._give_back(born, driver)
+            return rows
+
+    async def _take(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any]
+    ) -> tuple[float, psycopg.AsyncConnection[Any]]:
+        now = time.monotonic()
+        while self._idle:
+            born, driver = self._idle.pop()
+            if now - born < self._recycle and not driver.closed:
+                return born, driver
+            await driver.close()
+        try:
+            driver = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        except psycopg.Error as exc:
+            raise _wrapped(sql, params, exc, True) from exc
+        return now, driver
+
+    def _give_back(self, born: float, driver: psycopg.AsyncConnection[Any]) -> None:
+        idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if driver.broken or driver.closed or not idle:
+            # A broken connection: the server may have restarted, and ended the idle ones too.
+            stale, self._idle = self._idle, []
+            for _, conn in [*stale, (born, driver)]:
+                if not conn.closed:
+                    asyncio.ensure_future(conn.close())
+            return
+        self._idle.append((born, driver))
+
+    async def close(self) -> None:
+        """Close the idle connections."""
+        idle, self._idle = self._idle, []
+        for _, driver in idle:
+            await driver.close()
+
+
+def _wrapped(
+    sql: str, params: tuple[Any, ...] | dict[str, Any], exc: psycopg.Error, broken: bool
+) -> sa.exc.StatementError:
+    """A driver error as SQLAlchemy raises it, so that callers see one kind of error."""
+    return sa.exc.DBAPIError.instance(
+        sql, params, exc, psycopg.Error, connection_invalidated=broken
+    )

@@ -404,6 +404,11 @@ class SessionStore:
         self.engine = engine
         self.max_state_bytes = max_state_bytes
         self.dialect = engine.dialect.name
+        self._lean: pg.LeanPool | None = None
+        if self.dialect == "postgresql":
+            size = engine.pool.size() if isinstance(engine.pool, sa.pool.QueuePool) else 5
+            url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._lean = pg.LeanPool(url, size)
         self.on_events: Callable[[set[str]], None] | None = None
         """Called with the sessions whose events a ``transact`` wrote, once it committed
         (Postgres): the runtime wakes its own streams of them at once (``EventSignals``)."""
@@ -433,7 +438,25 @@ class SessionStore:
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
+        if self._lean is not None:
+            await self._lean.close()
         await self.engine.dispose()
+
+    async def _fetch(
+        self,
+        conn: AsyncConnection | None,
+        sql: str,
+        params: tuple[Any, ...] | dict[str, Any],
+        reads: Iterable[str] = (STATES,),
+    ) -> list[tuple[Any, ...]]:
+        """A read of one statement on Postgres: in ``conn``'s transaction (or the bound one),
+        the queued writes to ``reads`` sent first; else on its own (``pg.LeanPool``)."""
+        joined = conn if conn is not None else _bound.get()
+        if joined is not None:
+            await settle(joined, reads)
+            return await pg.fetch(joined, sql, params)
+        assert self._lean is not None
+        return await self._lean.fetch(sql, params)
 
     @asynccontextmanager
     async def _read(
@@ -572,10 +595,10 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> SessionState | None:
         """The session, or ``None``."""
+        if self.dialect == "postgresql":
+            found = await self._fetch(conn, pg.STATE_BY_ID, (session_id,))
+            return pg.state_from_tuple(found[0]) if found else None
         async with self._read(conn) as c:
-            if self.dialect == "postgresql":
-                found = await pg.fetch(c, pg.STATE_BY_ID, (session_id,))
-                return pg.state_from_tuple(found[0]) if found else None
             row = (await c.execute(_STATE_BY_ID, {"sid": session_id})).first()
         return _state_from_row(row) if row is not None else None
 
@@ -596,10 +619,10 @@ class SessionStore:
     ) -> dict[str, SessionState]:
         """The sessions that exist among ``session_ids``."""
         ids = list(dict.fromkeys(session_ids))
+        if self.dialect == "postgresql":
+            found = await self._fetch(conn, pg.STATES_BY_IDS, (ids,))
+            return {s.session_id: s for s in map(pg.state_from_tuple, found)}
         async with self._read(conn) as c:
-            if self.dialect == "postgresql":
-                found = await pg.fetch(c, pg.STATES_BY_IDS, (ids,))
-                return {s.session_id: s for s in map(pg.state_from_tuple, found)}
             rows = (await c.execute(states.select().where(states.c.session_id.in_(ids)))).all()
         return {s.session_id: s for s in map(_state_from_row, rows)}
 
@@ -800,8 +823,7 @@ class SessionStore:
             SessionNotFoundError: no such session.
         """
         if self.dialect == "postgresql":
-            async with self._read(conn) as c:
-                found = await pg.fetch(c, pg.TREE, {"sid": session_id})
+            found = await self._fetch(conn, pg.TREE, {"sid": session_id})
             if not found:
                 raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
             return [pg.state_from_tuple(row) for row in found]
@@ -861,10 +883,10 @@ class SessionStore:
         self, session_id: str, conn: AsyncConnection | None = None
     ) -> list[Message]:
         """The session's conversation, oldest first (rows a rewind took out are skipped)."""
+        if self.dialect == "postgresql":
+            found = await self._fetch(conn, pg.LIVE_MESSAGES, (session_id,), (MESSAGES,))
+            return [Message.from_row(role, content) for role, content in found]
         async with self._read(conn, (MESSAGES,)) as c:
-            if self.dialect == "postgresql":
-                found = await pg.fetch(c, pg.LIVE_MESSAGES, (session_id,))
-                return [Message.from_row(role, content) for role, content in found]
             rows = (
                 await c.execute(
                     sa.select(messages.c.role, messages.c.content)
@@ -886,8 +908,9 @@ class SessionStore:
             SessionNotFoundError: no such session.
         """
         if self.dialect == "postgresql":
-            async with self._read(conn, (STATES, CHECKPOINTS, MESSAGES)) as c:
-                found = await pg.fetch(c, pg.STEP_INPUTS, (slot, session_id))
+            found = await self._fetch(
+                conn, pg.STEP_INPUTS, (slot, session_id), (STATES, CHECKPOINTS, MESSAGES)
+            )
             if not found:
                 raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
             *selected, done, rows = found[0]
@@ -924,8 +947,7 @@ class SessionStore:
         ids = list(dict.fromkeys([session_id, *session_ids]))
         history: list[Message] = []
         if self.dialect == "postgresql":
-            async with self._read(conn, (STATES, MESSAGES)) as c:
-                found = await pg.fetch(c, pg.RESUME_INPUTS, (session_id, ids))
+            found = await self._fetch(conn, pg.RESUME_INPUTS, (session_id, ids), (STATES, MESSAGES))
             rows: list[tuple[Any, ...]] = []
             for *selected, history_rows in found:
                 rows.append(tuple(selected))
@@ -1033,13 +1055,13 @@ class SessionStore:
         conn: AsyncConnection | None = None,
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
+        if self.dialect == "postgresql":
+            found = await self._fetch(conn, pg.EVENTS_AFTER, (session_id, after, limit), (EVENTS,))
+            return [
+                SessionEvent(sequence=n, type=t, run_id=r, session_id=session_id, data=d)
+                for n, t, r, d in found
+            ]
         async with self._read(conn, (EVENTS,)) as c:
-            if self.dialect == "postgresql":
-                found = await pg.fetch(c, pg.EVENTS_AFTER, (session_id, after, limit))
-                return [
-                    SessionEvent(sequence=n, type=t, run_id=r, session_id=session_id, data=d)
-                    for n, t, r, d in found
-                ]
             rows = (
                 await c.execute(
                     events.select()
@@ -1179,10 +1201,10 @@ class SessionStore:
         self, checkpoint_id: str, conn: AsyncConnection | None = None
     ) -> dict[str, Any] | None:
         """One checkpoint by id, or ``None``."""
+        if self.dialect == "postgresql":
+            found = await self._fetch(conn, pg.CHECKPOINT_BY_ID, (checkpoint_id,), (CHECKPOINTS,))
+            return dict(zip(pg.CHECKPOINT_COLUMNS, found[0], strict=True)) if found else None
         async with self._read(conn, (CHECKPOINTS,)) as c:
-            if self.dialect == "postgresql":
-                found = await pg.fetch(c, pg.CHECKPOINT_BY_ID, (checkpoint_id,))
-                return dict(zip(pg.CHECKPOINT_COLUMNS, found[0], strict=True)) if found else None
             row = (await c.execute(_CHECKPOINT_BY_ID, {"checkpoint_id": checkpoint_id})).first()
         return dict(row._mapping) if row is not None else None
 
