@@ -77,6 +77,7 @@ async def commit_once(
     failed_event: str | None = None,
     session_ids: list[str] | None = None,
     read_first: bool = True,
+    lean: bool = False,
 ) -> R:
     """Run ``body``'s writes and the checkpoint holding its result in one transaction.
 
@@ -86,6 +87,7 @@ async def commit_once(
     fails once it has committed, or the checkpoint's key refuses the second), the slot is read
     only when the body is fenced or the checkpoint already exists. A retried attempt always
     reads: the commit it retries may have landed.
+    ``lean``: the body's writes all go through the store's queue (``SessionStore.transact``).
 
     ``body`` may run several times (the transaction is retried as a whole); it writes only
     through the store (which joins the bound transaction) and logs nothing.
@@ -125,6 +127,7 @@ async def commit_once(
             retry_event=retry_event,
             failed_event=failed_event,
             log_fields={"sessionIds": session_ids or [session_id]},
+            lean=lean,
         )
     except Fenced:
         if read_first:
@@ -171,9 +174,11 @@ class OnceStep(Generic[P, R]):
         retry_event: str | None,
         failed_event: str | None,
         read_first: bool,
+        lean: bool = False,
     ) -> None:
         self._fn = fn
         self._read_first = read_first
+        self._lean = lean
         self._kind = kind
         self._signature = inspect.signature(fn)
         self._session_param = session_param
@@ -204,6 +209,7 @@ class OnceStep(Generic[P, R]):
                 failed_event=self._failed_event,
                 session_ids=_session_ids(bound, self._session_param),
                 read_first=self._read_first,
+                lean=self._lean,
             )
         except Fenced as fenced:
             return {FENCED: fenced.reason}
@@ -218,9 +224,10 @@ def exactly_once(
     retry_event: str | None = None,
     failed_event: str | None = None,
     read_first: bool = True,
+    lean: bool = False,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], OnceStep[P, R]]:
     """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``.
-    ``read_first``: see ``commit_once``.
+    ``read_first`` and ``lean``: see ``commit_once``.
 
     The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
     (bound by name, so positional and keyword calls file the same). A fenced commit returns
@@ -237,6 +244,7 @@ def exactly_once(
             retry_event=retry_event,
             failed_event=failed_event,
             read_first=read_first,
+            lean=lean,
         )
 
     return wrap

@@ -290,7 +290,8 @@ class AgentRuntime:
                     turn_id=turn_id,
                     message=message,
                     new=new,
-                )
+                ),
+                lean=True,
             )
         except IntegrityError:
             # Two starts raced to create the same new session: the other one won.

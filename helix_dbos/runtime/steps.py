@@ -247,6 +247,7 @@ async def _model_once(
             failed_event="client_tool.ownership_write_failed",
             session_ids=list(dict.fromkeys([session_id, root_session_id])),
             read_first=False,  # read just above, before the model call
+            lean=True,
         )
     except Fenced as fenced:
         # Stopped or superseded while the model ran: nothing is written, the answer dropped.
@@ -536,6 +537,7 @@ def tool_result_message(result: ToolResult) -> Message:
     # Once committed, the run has moved on (its guard fails) or, for server tools only, the
     # tool results' unique index refuses a second copy: no read of the slot first.
     read_first=False,
+    lean=True,
 )
 async def commit_results(
     session_id: str,
@@ -702,7 +704,8 @@ def _end(status: str, error: TurnError | None) -> Callable[[dict[str, SessionSta
     return end
 
 
-@exactly_once(names.FINISH_STEP, "finish", read_first=False)  # once ended, its guard fails
+# Once ended, its guard fails: no read of the slot first.
+@exactly_once(names.FINISH_STEP, "finish", read_first=False, lean=True)
 async def finish_turn(
     session_id: str,
     run_id: str,

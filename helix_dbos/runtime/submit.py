@@ -405,7 +405,7 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         verdict = _Verdict("unknown", reason="root_state_not_found")
     else:
         prior = Prior(root)
-        verdict = await store.transact(store_and_send)
+        verdict = await store.transact(store_and_send, lean=True)
     owner, entry = verdict.owner, verdict.entry
     if verdict.outcome == "unknown":
         log_event(

@@ -13,13 +13,16 @@ the statement is handed to SQLAlchemy, which invalidates it (and the pool's olde
 as for any statement of its own.
 
 A read that joins no transaction does not go through SQLAlchemy's pool at all: ``LeanPool``
-keeps driver connections in autocommit mode for them.
+keeps driver connections in autocommit mode for them, and for the hot transactions whose every
+statement is one of these (``LeanTransaction``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -40,6 +43,7 @@ __all__ = [
     "TREE",
     "STEP_INPUTS",
     "LeanPool",
+    "LeanTransaction",
     "fetch",
     "fetch_last",
     "state_from_tuple",
@@ -168,6 +172,8 @@ async def fetch(
     Raises:
         sqlalchemy.exc.DBAPIError: as SQLAlchemy raises it (``IntegrityError`` ...).
     """
+    if isinstance(conn, LeanTransaction):
+        return await conn.fetch(sql, params, last=False)
     driver = await _driver(conn)
     try:
         # Every statement here returns rows (a flush ends in a SELECT).
@@ -192,6 +198,8 @@ async def fetch_last(
     COMMIT: two round trips fewer, and one statement is atomic by itself. The caller's COMMIT
     then has nothing to do, and the driver sends none.
     """
+    if isinstance(conn, LeanTransaction):
+        return await conn.fetch(sql, params, last=True)
     driver = await _driver(conn)
     if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return await fetch(conn, sql, params)
@@ -228,23 +236,26 @@ class LeanPool:
         Raises:
             sqlalchemy.exc.DBAPIError: as ``fetch`` raises it.
         """
+        async with self.lease() as driver:
+            try:
+                return await (await driver.execute(sql, params)).fetchall()
+            except psycopg.Error as exc:
+                raise _wrapped(sql, params, exc, driver.broken or driver.closed) from exc
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """An idle connection (or a new one) for the block, given back after it: kept if it
+        is sound and outside any transaction, closed otherwise."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._size)
         async with self._slots:
-            born, driver = await self._take(sql, params)
+            born, driver = await self._take()
             try:
-                rows = await (await driver.execute(sql, params)).fetchall()
-            except BaseException as exc:
+                yield driver
+            finally:
                 self._give_back(born, driver)
-                if isinstance(exc, psycopg.Error):
-                    raise _wrapped(sql, params, exc, driver.broken or driver.closed) from exc
-                raise
-            self._give_back(born, driver)
-            return rows
 
-    async def _take(
-        self, sql: str, params: tuple[Any, ...] | dict[str, Any]
-    ) -> tuple[float, psycopg.AsyncConnection[Any]]:
+    async def _take(self) -> tuple[float, psycopg.AsyncConnection[Any]]:
         now = time.monotonic()
         while self._idle:
             born, driver = self._idle.pop()
@@ -254,7 +265,7 @@ class LeanPool:
         try:
             driver = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
         except psycopg.Error as exc:
-            raise _wrapped(sql, params, exc, True) from exc
+            raise _wrapped("connect", (), exc, True) from exc
         return now, driver
 
     def _give_back(self, born: float, driver: psycopg.AsyncConnection[Any]) -> None:
@@ -273,6 +284,53 @@ class LeanPool:
         idle, self._idle = self._idle, []
         for _, driver in idle:
             await driver.close()
+
+
+class LeanTransaction:
+    """A transaction on a ``LeanPool`` connection, for transactions whose every statement is
+    a ``fetch`` (the store's queued writes, row locks, reads), never SQLAlchemy's.
+
+    The connection is in autocommit mode: ``BEGIN`` is sent before the first statement that is
+    not the transaction's last. A transaction of one statement (the common commit: a flush) is
+    then sent alone, as ``fetch_last`` does on SQLAlchemy's connections. It stands in for the
+    ``AsyncConnection`` that the store's methods take (``SessionStore.transact(lean=True)``):
+    ``fetch`` and ``fetch_last`` run on it, and anything of SQLAlchemy's fails on it loudly.
+    """
+
+    __slots__ = ("began", "driver")
+
+    def __init__(self, driver: psycopg.AsyncConnection[Any]) -> None:
+        self.driver = driver
+        self.began = False
+
+    async def fetch(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any], *, last: bool
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` in the transaction (``last``: nothing is sent after it); its rows."""
+        try:
+            if not self.began and not last:
+                await self.driver.execute("BEGIN")
+                self.began = True
+            return await (await self.driver.execute(sql, params)).fetchall()
+        except psycopg.Error as exc:
+            raise _wrapped(sql, params, exc, self.driver.broken or self.driver.closed) from exc
+
+    async def commit(self) -> None:
+        """Commit what was sent after ``BEGIN`` (a lone statement has committed already)."""
+        if self.began:
+            try:
+                await self.driver.execute("COMMIT")
+            except psycopg.Error as exc:
+                raise _wrapped("COMMIT", (), exc, self.driver.broken or self.driver.closed) from exc
+
+    async def rollback(self) -> None:
+        """Roll back after a failure; a connection that cannot is dropped by its pool."""
+        driver = self.driver
+        if driver.closed or driver.broken:
+            return
+        if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await driver.execute("ROLLBACK")
 
 
 def _wrapped(

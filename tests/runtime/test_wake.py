@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from helix_dbos.runtime import names, wake
 from helix_dbos.runtime.records import TurnMessage
+from helix_dbos.store import pg
 from helix_dbos.store.schema import states
 from tests.psycopg_probe import record_commands
 from tests.runtime.agents import editor_agent
@@ -82,23 +83,41 @@ async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
     real = wake.enlist
     seen: list[Any] = []
 
+    topic = names.tool_result_topic(call["toolCallId"])
+
     async def enlist(ctx: Any, conn: Any, destination: str, message: Any, *rest: Any) -> None:
         await real(ctx, conn, destination, message, *rest)
         # ``conn`` is the answer's transaction: the answer and the message are both in it.
-        stored = (
-            await conn.execute(
-                sa.select(states.c.pending_client_tool_calls).where(
-                    states.c.session_id == handle.session_id
+        if runtime.store.dialect == "postgresql":
+            # A lean transaction (``pg.LeanTransaction``): only ``pg``'s statements run on it.
+            [(stored,)] = await pg.fetch(
+                conn,
+                "SELECT pending_client_tool_calls FROM __agents_states WHERE session_id = %s",
+                (handle.session_id,),
+            )
+            [(queued,)] = await pg.fetch(
+                conn,
+                "SELECT count(*) FROM dbos.notifications WHERE destination_uuid = %s"
+                " AND topic = %s",
+                (destination, topic),
+            )
+        else:
+            stored = (
+                await conn.execute(
+                    sa.select(states.c.pending_client_tool_calls).where(
+                        states.c.session_id == handle.session_id
+                    )
                 )
-            )
-        ).scalar_one()
-        table = "dbos.notifications" if conn.dialect.name == "postgresql" else "notifications"
-        queued = (
-            await conn.execute(
-                sa.text(f"SELECT count(*) FROM {table} WHERE destination_uuid = :d AND topic = :t"),
-                {"d": destination, "t": names.tool_result_topic(call["toolCallId"])},
-            )
-        ).scalar_one()
+            ).scalar_one()
+            queued = (
+                await conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM notifications WHERE destination_uuid = :d"
+                        " AND topic = :t"
+                    ),
+                    {"d": destination, "t": topic},
+                )
+            ).scalar_one()
         seen.append((stored[call["toolCallId"]].get("submittedAt"), message, queued))
 
     monkeypatch.setattr(wake, "enlist", enlist)
