@@ -1,0 +1,91 @@
+"""Lean transactions and reads on Postgres (``pg.LeanPool``, ``pg.LeanTransaction``): driver
+connections in autocommit mode, ``BEGIN`` only before a statement that is not the last, a
+failed transaction rolled back, a broken connection replaced."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from helix_dbos.core.session import SessionState
+from helix_dbos.store.store import Prior, SessionStore
+from tests.store.store_builders import session
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement psycopg's async cursors send, as text."""
+    seen: list[str] = []
+    original = psycopg.AsyncCursor.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(" ".join(str(query).split()))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    yield seen
+
+
+def _touch(states: dict[str, SessionState]) -> None:
+    states["s1"].metadata["touched"] = states["s1"].metadata.get("touched", 0) + 1
+
+
+async def test_a_lean_transaction_of_one_statement_sends_no_begin(
+    pg_store: SessionStore, sent: list[str]
+) -> None:
+    """A commit swapping a row read earlier is one statement, alone; a commit that locks the
+    row first is BEGIN, the lock, the write and COMMIT, in that order."""
+    await pg_store.create_session(session("s1"))
+    state = await pg_store.get("s1")
+    sent.clear()
+    await pg_store.transact(
+        lambda conn: pg_store.update(["s1"], _touch, conn=conn, prior=Prior(state)), lean=True
+    )
+    assert len(sent) == 1 and "cas_states" in sent[0], sent
+    sent.clear()
+    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    assert sent[0] == "BEGIN" and "FOR UPDATE" in sent[1], sent
+    assert "cas_states" in sent[2] and sent[3] == "COMMIT", sent
+    assert (await pg_store.get("s1")).metadata["touched"] == 2
+
+
+async def test_a_lean_transaction_is_atomic_and_rolls_back(
+    pg_store: SessionStore, sent: list[str]
+) -> None:
+    """A body that fails after its writes were sent leaves nothing behind, and its connection
+    goes back to the pool outside any transaction (the next transaction works on it)."""
+    await pg_store.create_session(session("s1"))
+
+    async def fails(conn: AsyncConnection) -> None:
+        await pg_store.update(["s1"], _touch, conn=conn)
+        await pg_store.load("s1", conn)  # sends the queued write first, in the transaction
+        raise RuntimeError("after the write")
+
+    sent.clear()
+    with pytest.raises(RuntimeError):
+        await pg_store.transact(fails, lean=True)
+    assert "ROLLBACK" in sent
+    assert "touched" not in (await pg_store.get("s1")).metadata
+    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    assert (await pg_store.get("s1")).metadata["touched"] == 1
+
+
+async def test_a_broken_lean_connection_is_replaced(
+    pg_store: SessionStore, migrated_pg_url: str
+) -> None:
+    """The server ends the pool's connection (a restart, an administrator): the next read
+    fails on it, is retried on a new connection and answers, and so does a lean commit."""
+    await pg_store.create_session(session("s1"))
+    assert await pg_store.load("s1") is not None  # opens the pool's connection
+    with psycopg.connect(migrated_pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    assert (await pg_store.get("s1")).session_id == "s1"
+    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    assert (await pg_store.get("s1")).metadata["touched"] == 1
