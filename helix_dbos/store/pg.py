@@ -250,10 +250,16 @@ class LeanPool:
             self._slots = asyncio.Semaphore(self._size)
         async with self._slots:
             born, driver = await self._take()
+            cancelled = False
             try:
                 yield driver
+            except asyncio.CancelledError:
+                # Its caller left (a stream's client went away): the driver closes a
+                # connection cancelled mid-statement, which says nothing of the others.
+                cancelled = True
+                raise
             finally:
-                self._give_back(born, driver)
+                self._give_back(born, driver, alone=cancelled)
 
     async def _take(self) -> tuple[float, psycopg.AsyncConnection[Any]]:
         now = time.monotonic()
@@ -268,14 +274,21 @@ class LeanPool:
             raise _wrapped("connect", (), exc, True) from exc
         return now, driver
 
-    def _give_back(self, born: float, driver: psycopg.AsyncConnection[Any]) -> None:
-        idle = driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if driver.broken or driver.closed or not idle:
-            # A broken connection: the server may have restarted, and ended the idle ones too.
+    def _give_back(
+        self, born: float, driver: psycopg.AsyncConnection[Any], *, alone: bool = False
+    ) -> None:
+        """Keep ``driver`` if it is sound and outside any transaction; else close it, and,
+        unless ``alone``, the idle ones with it (a broken connection: the server may have
+        restarted, and so ended them all)."""
+        if driver.broken and not alone:
             stale, self._idle = self._idle, []
             for _, conn in [*stale, (born, driver)]:
                 if not conn.closed:
                     asyncio.ensure_future(conn.close())
+            return
+        if driver.closed or driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            if not driver.closed:
+                asyncio.ensure_future(driver.close())
             return
         self._idle.append((born, driver))
 

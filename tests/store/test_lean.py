@@ -4,6 +4,8 @@ failed transaction rolled back, a broken connection replaced."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.session import SessionState
+from helix_dbos.store import pg
 from helix_dbos.store.store import Prior, SessionStore
 from tests.store.store_builders import session
 
@@ -89,3 +92,40 @@ async def test_a_broken_lean_connection_is_replaced(
     assert (await pg_store.get("s1")).session_id == "s1"
     await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
     assert (await pg_store.get("s1")).metadata["touched"] == 1
+
+
+async def test_a_cancelled_read_closes_only_its_own_connection(
+    migrated_pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read cancelled mid-statement (a stream whose client left) leaves its connection
+    broken, as the driver does: only that one is closed, the idle ones are kept, and the next
+    read opens none. (A connection that broke otherwise closes the idle ones too: the server
+    may have restarted.)"""
+    pool = pg.LeanPool(migrated_pg_url, 4)
+    try:
+        await asyncio.gather(pool.fetch("SELECT 1", ()), pool.fetch("SELECT 1", ()))
+        opened: list[str] = []
+        connect = psycopg.AsyncConnection.connect
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            opened.append("connect")
+            return await connect(*args, **kwargs)
+
+        monkeypatch.setattr(psycopg.AsyncConnection, "connect", counted)
+        leased = asyncio.Event()
+
+        async def cancelled_mid_statement() -> None:
+            async with pool.lease() as driver:
+                driver.pgconn.finish()  # what the driver leaves of a cancelled statement
+                leased.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.ensure_future(cancelled_mid_statement())
+        await leased.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert await pool.fetch("SELECT 2", ()) == [(2,)]
+        assert opened == []
+    finally:
+        await pool.close()
