@@ -227,6 +227,7 @@ class LeanPool:
         self._recycle = recycle_seconds
         self._idle: list[tuple[float, psycopg.AsyncConnection[Any]]] = []
         self._slots: asyncio.Semaphore | None = None
+        self._refill: asyncio.Future[None] | None = None
 
     async def fetch(
         self, sql: str, params: tuple[Any, ...] | dict[str, Any]
@@ -289,11 +290,29 @@ class LeanPool:
         if driver.closed or driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             if not driver.closed:
                 asyncio.ensure_future(driver.close())
+            if alone and self._refill is None:
+                # Open its replacement now, not in the way of the next caller.
+                self._refill = asyncio.ensure_future(self._replace())
             return
         self._idle.append((born, driver))
 
+    async def _replace(self) -> None:
+        """Open one idle connection (after a cancelled caller's was closed)."""
+        try:
+            if len(self._idle) < self._size:
+                driver = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                self._idle.append((time.monotonic(), driver))
+        except psycopg.Error:
+            pass  # the next caller connects, and reports what fails
+        finally:
+            self._refill = None
+
     async def close(self) -> None:
         """Close the idle connections."""
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                await self._refill
         idle, self._idle = self._idle, []
         for _, driver in idle:
             await driver.close()
