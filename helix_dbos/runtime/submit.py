@@ -405,10 +405,7 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
         verdict = _Verdict("unknown", reason="root_state_not_found")
     else:
         prior = Prior(root)
-        # Not a lean transaction (``transact(lean=True)``): in-process it is 1.5 ms faster, but
-        # behind the HTTP server a submit then reached its commit 3-6 ms later in every run of
-        # bench/fleet_sse.py, for a cause not found yet (see bench/README.md).
-        verdict = await store.transact(store_and_send)
+        verdict = await store.transact(store_and_send, lean=True)
     owner, entry = verdict.owner, verdict.entry
     if verdict.outcome == "unknown":
         log_event(

@@ -405,10 +405,14 @@ class SessionStore:
         self.max_state_bytes = max_state_bytes
         self.dialect = engine.dialect.name
         self._lean: pg.LeanPool | None = None
+        self._lean_tx: pg.LeanPool | None = None
         if self.dialect == "postgresql":
             size = engine.pool.size() if isinstance(engine.pool, sa.pool.QueuePool) else 5
             url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
             self._lean = pg.LeanPool(url, size)
+            # Commits apart from reads: a stream's read cancelled by its leaving client closes
+            # its connection, and a commit must not be the one that opens the next.
+            self._lean_tx = pg.LeanPool(url, size)
         self.on_events: Callable[[set[str]], None] | None = None
         """Called with the sessions whose events a ``transact`` wrote, once it committed
         (Postgres): the runtime wakes its own streams of them at once (``EventSignals``)."""
@@ -438,8 +442,9 @@ class SessionStore:
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""
-        if self._lean is not None:
-            await self._lean.close()
+        for lean in (self._lean, self._lean_tx):
+            if lean is not None:
+                await lean.close()
         await self.engine.dispose()
 
     async def _fetch(
@@ -541,7 +546,7 @@ class SessionStore:
             return await body(outer)
 
         async def once() -> T:
-            if lean and self._lean is not None:
+            if lean and self._lean_tx is not None:
                 return await self._lean_once(body)
             async with self.engine.begin() as conn:
                 token = _bound.set(conn)
@@ -574,8 +579,8 @@ class SessionStore:
 
     async def _lean_once(self, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """One attempt of a lean ``transact`` (``pg.LeanTransaction``)."""
-        assert self._lean is not None
-        async with self._lean.lease() as driver:
+        assert self._lean_tx is not None
+        async with self._lean_tx.lease() as driver:
             tx = pg.LeanTransaction(driver)
             # The store's methods take an AsyncConnection; on this one, only ``pg`` runs.
             conn = cast(AsyncConnection, tx)
