@@ -64,6 +64,7 @@ from .batch import (
     MESSAGES,
     STATE_COLUMNS,
     STATES,
+    WriteBatch,
     begin,
     current_batch,
     end,
@@ -392,6 +393,22 @@ def _read_retried(fn: F) -> F:
     return run  # type: ignore[return-value]
 
 
+async def _queued(
+    conn: AsyncConnection, body: Callable[[AsyncConnection], Awaitable[T]]
+) -> tuple[T, WriteBatch]:
+    """Run ``body`` in ``conn``'s transaction, bound to the task, with its writes queued; then
+    send them, in one statement (the whole transaction, if the body sent nothing else)."""
+    token = _bound.set(conn)
+    batch, queueing = begin(conn)
+    try:
+        value = await body(conn)
+        await batch.flush(last=True)
+    finally:
+        end(queueing)
+        _bound.reset(token)
+    return value, batch
+
+
 class SessionStore:
     """Sessions, messages, events, usage and checkpoints over one SQLAlchemy async engine.
 
@@ -549,24 +566,14 @@ class SessionStore:
             if lean and self._lean_tx is not None:
                 return await self._lean_once(body)
             async with self.engine.begin() as conn:
-                token = _bound.set(conn)
                 if self.dialect != "postgresql":
+                    token = _bound.set(conn)
                     try:
                         return await body(conn)
                     finally:
                         _bound.reset(token)
-                batch, queueing = begin(conn)
-                try:
-                    value = await body(conn)
-                    # The queued writes, in one statement, before COMMIT (or as the whole
-                    # transaction, if the body sent nothing else).
-                    await batch.flush(last=True)
-                finally:
-                    end(queueing)
-                    _bound.reset(token)
-            # Committed: this process's streams of those sessions need not wait for NOTIFY.
-            if batch.evented and self.on_events is not None:
-                self.on_events(batch.evented)
+                value, batch = await _queued(conn, body)
+            self._committed(batch)
             return value
 
         return await _retrying(
@@ -582,23 +589,20 @@ class SessionStore:
         assert self._lean_tx is not None
         async with self._lean_tx.lease() as driver:
             tx = pg.LeanTransaction(driver)
-            # The store's methods take an AsyncConnection; on this one, only ``pg`` runs.
-            conn = cast(AsyncConnection, tx)
-            token = _bound.set(conn)
-            batch, queueing = begin(conn)
             try:
-                value = await body(conn)
-                await batch.flush(last=True)
+                # The store's methods take an AsyncConnection; on this one, only ``pg`` runs.
+                value, batch = await _queued(cast(AsyncConnection, tx), body)
                 await tx.commit()
             except BaseException:
                 await tx.rollback()
                 raise
-            finally:
-                end(queueing)
-                _bound.reset(token)
+        self._committed(batch)
+        return value
+
+    def _committed(self, batch: WriteBatch) -> None:
+        """After a commit: this process's streams of its sessions need not wait for NOTIFY."""
         if batch.evented and self.on_events is not None:
             self.on_events(batch.evented)
-        return value
 
     # -- sessions ---------------------------------------------------------------------------
 

@@ -140,6 +140,24 @@ def test_the_entry_handed_over_is_the_entry_appended() -> None:
     assert entry_module.entry_messages(None, "run-1") == []
 
 
+def _record_resume_reads(
+    store: Any, monkeypatch: pytest.MonkeyPatch, *, fail_early: bool = False
+) -> list[str | None]:
+    """Record who reads a woken turn's inputs: its workflow id, or ``None`` for a read
+    started outside the turn (by a submit); ``fail_early`` fails those with a fault."""
+    readers: list[str | None] = []
+    real_resume = store.resume_inputs
+
+    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
+        readers.append(DBOS.workflow_id)
+        if fail_early and DBOS.workflow_id is None:
+            raise StoreUnavailableError()
+        return await real_resume(session_id, session_ids, conn)
+
+    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    return readers
+
+
 async def test_a_submit_here_starts_the_woken_turns_read(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,14 +167,7 @@ async def test_a_submit_here_starts_the_woken_turns_read(
     llm = ScriptedLLM(batch_script)
     runtime = await make_runtime([editor_agent(llm=llm)])
     store = runtime.store
-    readers: list[str | None] = []
-    real_resume = store.resume_inputs
-
-    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
-        readers.append(DBOS.workflow_id)  # None: not the turn's own code
-        return await real_resume(session_id, session_ids, conn)
-
-    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    readers = _record_resume_reads(store, monkeypatch)
     handle = await runtime.start("editor", "2 edits")
     first, second = await runtime.wait_for_pending(handle.session_id)
     await runtime.submit_tool_result(handle.session_id, first["toolCallId"], result={"applied": 1})
@@ -175,17 +186,7 @@ async def test_a_failed_early_read_is_read_again_by_the_turn(
     """The read a submit started fails (a database fault): the turn reads again itself."""
     llm = ScriptedLLM(batch_script)
     runtime = await make_runtime([editor_agent(llm=llm)])
-    store = runtime.store
-    readers: list[str | None] = []
-    real_resume = store.resume_inputs
-
-    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
-        readers.append(DBOS.workflow_id)
-        if DBOS.workflow_id is None:
-            raise StoreUnavailableError()
-        return await real_resume(session_id, session_ids, conn)
-
-    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    readers = _record_resume_reads(runtime.store, monkeypatch, fail_early=True)
     handle = await runtime.start("editor", "1 edit")
     [call] = await runtime.wait_for_pending(handle.session_id)
     await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
