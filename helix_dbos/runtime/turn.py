@@ -83,6 +83,10 @@ async def run_turn(
         return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
 
 
+#: How long a woken turn waits for the read a submit started for it before reading itself.
+EARLY_READ_WAIT_SECONDS = 5.0
+
+
 class _Stopped(Exception):
     """A step found the turn's run stopped or superseded: end now, writing nothing more."""
 
@@ -265,10 +269,16 @@ class _Turn:
         transaction (``store.Prior``), and the next model step starts from what it wrote."""
         read, self.resume_read = self.resume_read, None
         if read is not None:
+            # Bounded and shielded: a read that failed, was cancelled (replaced) or hangs is
+            # only a read lost; the turn reads again below (its rows are checked by the swap).
             try:
-                return Resumption(self.session_id, *await read)
+                done = await asyncio.wait_for(asyncio.shield(read), EARLY_READ_WAIT_SECONDS)
+                return Resumption(self.session_id, *done)
+            except asyncio.CancelledError:
+                if not read.cancelled():
+                    raise  # this turn itself is being cancelled
             except Exception:
-                pass  # read again below (its rows could also miss: checked by the swap)
+                read.cancel()
         states, history = await current().store.resume_inputs(
             self.session_id, [self.root_session_id]
         )

@@ -193,3 +193,30 @@ async def test_a_failed_early_read_is_read_again_by_the_turn(
     assert (await runtime.wait(handle.session_id))["status"] == "completed"
     assert readers == [None, handle.workflow_id]
     assert len(llm.requests) == 2
+
+
+async def test_a_hanging_early_read_is_read_again_by_the_turn(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read a submit started never answers (a stuck connection): the turn waits a bounded
+    time for it, reads again itself and completes."""
+    from helix_dbos.runtime import turn as turn_module
+
+    monkeypatch.setattr(turn_module, "EARLY_READ_WAIT_SECONDS", 0.2)
+    runtime = await make_runtime([editor_agent(llm=ScriptedLLM(batch_script))])
+    store = runtime.store
+    readers: list[str | None] = []
+    real_resume = store.resume_inputs
+
+    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
+        readers.append(DBOS.workflow_id)
+        if DBOS.workflow_id is None:
+            await asyncio.Event().wait()  # never answers
+        return await real_resume(session_id, session_ids, conn)
+
+    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
+    handle = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(handle.session_id)
+    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+    assert readers == [None, handle.workflow_id]
