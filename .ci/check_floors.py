@@ -29,7 +29,7 @@ def lower_bounds() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     bounds = {}
     for requirement in project["dependencies"]:
-        match = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*>=\s*([^,\s]+)", requirement)
+        match = re.match(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*>=\s*([^,;\s]+)", requirement)
         if match is None:
             raise SystemExit(f"{requirement!r} has no lower bound")
         bounds[match.group(1).lower()] = match.group(2)

@@ -6,6 +6,9 @@ workflow code finds the agent registry and the store here.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +17,7 @@ from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
 from .handover import Handovers, Prefetches
 
-__all__ = ["RuntimeContext", "current", "install", "uninstall"]
+__all__ = ["RuntimeContext", "current", "install", "uninstall", "workflow_task"]
 
 
 @dataclass
@@ -37,6 +40,9 @@ class RuntimeContext:
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""
+    workflows: set[asyncio.Task[Any]] = field(default_factory=set)
+    """The tasks of this runtime's workflows running in this process right now, parked ones
+    included (``workflow_task``): a shutdown cancels those still running."""
 
     def dbos(self) -> Any:
         """DBOS, or this context's messenger: ``send_async`` and ``cancel_workflow_async``."""
@@ -71,3 +77,21 @@ def current() -> RuntimeContext:
     if _context is None:
         raise RuntimeError("No helix-dbos runtime is launched in this process")
     return _context
+
+
+@contextlib.contextmanager
+def workflow_task() -> Iterator[None]:
+    """Within a workflow's body: its task counts as the launched runtime's until the body ends.
+
+    A shutdown cancels the tasks still counted (``AgentRuntime.shutdown``). A cancelled
+    workflow records nothing: it stays ``PENDING`` in DBOS and recovers where it was.
+    """
+    task = asyncio.current_task()
+    tasks = current().workflows
+    if task is not None:
+        tasks.add(task)
+    try:
+        yield
+    finally:
+        if task is not None:
+            tasks.discard(task)

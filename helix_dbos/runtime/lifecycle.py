@@ -54,7 +54,7 @@ from ..errors import (
 from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
 from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names
-from .context import current
+from .context import current, workflow_task
 from .entry import ACTIVE_STATUSES, unpaired_tool_calls
 from .once import FENCED, exactly_once, step_connection
 from .plan import plan_calls
@@ -433,6 +433,19 @@ async def run_lifecycle(
     """Apply a retry or rewind, then run the turn it starts (if the conversation goes on),
     in step ``layout`` (``names.TURN_LAYOUT``; 1 for a workflow recorded before the
     argument)."""
+    with workflow_task():
+        return await _lifecycle(session_id, run_id, op, message, checkpoint_id, layout)
+
+
+async def _lifecycle(
+    session_id: str,
+    run_id: str,
+    op: Op,
+    message: str | None,
+    checkpoint_id: str | None,
+    layout: int,
+) -> TurnOutcome | LifecycleRefused:
+    """``run_lifecycle``'s body."""
     workflow_id = DBOS.workflow_id or ""
     try:
         applied = await apply_lifecycle(session_id, run_id, op, message, checkpoint_id, workflow_id)

@@ -43,7 +43,7 @@ from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
 from ..store.store import NoChange, patience
 from . import names, records
-from .context import RuntimeContext, current
+from .context import RuntimeContext, current, workflow_task
 from .entry import ACTIVE_STATUSES, open_turn
 from .turn import _Turn
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
@@ -80,7 +80,7 @@ async def run_persistent(
     """Run ``run_id``'s turn (its entry is committed), then each turn the inbox hands over,
     until the session has been idle for the agent's ``idle_ttl``. Its turns record
     ``layout`` (``names.TURN_LAYOUT``; 1 for a workflow recorded before the argument)."""
-    with patience(None):
+    with patience(None), workflow_task():
         workflow_id = DBOS.workflow_id or ""
         turns = 0
         while True:

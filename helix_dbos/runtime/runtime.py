@@ -35,6 +35,8 @@ __all__ = ["AgentRuntime", "TurnHandle"]
 _TERMINAL = frozenset({"completed", "failed", "interrupted"})
 _FIRST_SWEEP = 64
 """How many started workflows the runtime keeps before it first sweeps out finished ones."""
+RELEASE_WAIT_SECONDS = 5.0
+"""How long a shutdown waits for the workflow tasks it cancelled to unwind."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,7 @@ class AgentRuntime:
         if self.fleet is not None:
             await self.fleet.pause()
         await self._drain(grace_seconds)
+        await self._release_workflows()
         await self.signals.close()
         DBOS.destroy(destroy_registry=False)
         if self.fleet is not None:
@@ -216,6 +219,23 @@ class AgentRuntime:
                 break
             await asyncio.sleep(0.01)
         self._started = {w: t for w, t in self._started.items() if not t.done()}
+
+    async def _release_workflows(self) -> None:
+        """Cancel this runtime's workflow tasks still running after the drain (the parked).
+
+        Each stays ``PENDING`` in DBOS (a cancelled task records nothing) and recovers in the
+        next process of this executor, or is adopted. Left running, they would outlive the
+        event loop; the garbage collector then closes each coroutine mid-await, and its
+        error handling would run with no loop to run on (or, with another runtime launched
+        in this process since, against that runtime's store).
+        """
+        if self._ctx is None:
+            return
+        running = [task for task in self._ctx.workflows if not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.

@@ -41,7 +41,7 @@ from ..observability import tracing
 from ..observability.log import log_event
 from ..store.store import patience
 from . import names, steps
-from .context import current
+from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
 from .handover import EntryInputs, ResumeRead, Resumption
@@ -79,7 +79,7 @@ async def run_turn(
     ``layout`` is the step layout the turn records (``names.TURN_LAYOUT``); a turn recorded
     before it was an argument replays in layout 1, the default.
     """
-    with patience(None):
+    with patience(None), workflow_task():
         return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
 
 
