@@ -46,6 +46,7 @@ EVENT_LEVELS: dict[str, int] = {
     "turn.error_detail": logging.WARNING,
     "turn.model_retry": logging.WARNING,
     "turn.start_failed": logging.ERROR,
+    "runtime.workflows_released": logging.INFO,
     "session.healed": logging.WARNING,
     "store.retrying": logging.WARNING,
     "server.unauthenticated": logging.WARNING,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +39,24 @@ _FIRST_SWEEP = 64
 """How many started workflows the runtime keeps before it first sweeps out finished ones."""
 RELEASE_WAIT_SECONDS = 5.0
 """How long a shutdown waits for the workflow tasks it cancelled to unwind."""
+
+
+class _DropCancelledWarnings(logging.Filter):
+    """Drops DBOS's warning that a workflow's asyncio task was cancelled."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Asyncio task cancelled for workflow")
+
+
+@contextlib.contextmanager
+def _quiet_dbos_cancellations() -> Iterator[None]:
+    """Within the block, DBOS does not log each workflow task a shutdown cancels."""
+    dbos_logger, drop = logging.getLogger("dbos"), _DropCancelledWarnings()
+    dbos_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        dbos_logger.removeFilter(drop)
 
 
 @dataclass(frozen=True)
@@ -232,10 +252,14 @@ class AgentRuntime:
         if self._ctx is None:
             return
         running = [task for task in self._ctx.workflows if not task.done()]
-        for task in running:
-            task.cancel()
-        if running:
-            await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
+        if not running:
+            return
+        # DBOS warns once per cancelled workflow; a deploy with thousands parked says it once.
+        with _quiet_dbos_cancellations():
+            for task in running:
+                task.cancel()
+            _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
+        log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.

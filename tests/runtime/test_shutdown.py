@@ -10,10 +10,15 @@ and never gave them back (its next commits waited for ever).
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.runtime import AgentRuntime
 from tests.runtime.agents import editor_agent
+
+RELEASED = "runtime.workflows_released"
 
 
 def _runtime(db_url: str) -> AgentRuntime:
@@ -21,9 +26,15 @@ def _runtime(db_url: str) -> AgentRuntime:
     return AgentRuntime([editor_agent()], settings)
 
 
-def test_shutdown_lets_parked_turns_go_and_the_next_process_finishes_them(db_url: str) -> None:
+def test_shutdown_lets_parked_turns_go_and_the_next_process_finishes_them(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # Each runtime in an event loop of its own, as in a process of its own.
-    session_id, call_id = asyncio.run(_park_then_shut_down(db_url))
+    with caplog.at_level(logging.INFO):
+        session_id, call_id = asyncio.run(_park_then_shut_down(db_url))
+    released = [r for r in caplog.records if getattr(r, "event", None) == RELEASED]
+    assert [r.__dict__["fields"] for r in released] == [{"count": 1, "unfinished": 0}]
+    assert not [r for r in caplog.records if "task cancelled" in r.getMessage()]
     asyncio.run(_recover_and_answer(db_url, session_id, call_id))
 
 
