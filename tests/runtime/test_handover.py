@@ -6,6 +6,7 @@ writing anything."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -141,17 +142,20 @@ def test_the_entry_handed_over_is_the_entry_appended() -> None:
 
 
 def _record_resume_reads(
-    store: Any, monkeypatch: pytest.MonkeyPatch, *, fail_early: bool = False
+    store: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    early: Callable[[], Awaitable[None]] | None = None,
 ) -> list[str | None]:
     """Record who reads a woken turn's inputs: its workflow id, or ``None`` for a read
-    started outside the turn (by a submit); ``fail_early`` fails those with a fault."""
+    started outside the turn (by a submit); ``early`` runs first in each of those (a fault)."""
     readers: list[str | None] = []
     real_resume = store.resume_inputs
 
     async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
         readers.append(DBOS.workflow_id)
-        if fail_early and DBOS.workflow_id is None:
-            raise StoreUnavailableError()
+        if early is not None and DBOS.workflow_id is None:
+            await early()
         return await real_resume(session_id, session_ids, conn)
 
     monkeypatch.setattr(store, "resume_inputs", resume_inputs)
@@ -180,43 +184,31 @@ async def test_a_submit_here_starts_the_woken_turns_read(
     assert llm.requests[1].messages == stored[:4]
 
 
-async def test_a_failed_early_read_is_read_again_by_the_turn(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+async def _fails() -> None:
+    raise StoreUnavailableError()  # a database fault
+
+
+async def _hangs() -> None:
+    await asyncio.Event().wait()  # a stuck connection: never answers
+
+
+@pytest.mark.parametrize("early", [_fails, _hangs], ids=["failed", "hanging"])
+async def test_an_early_read_that_fails_or_hangs_is_read_again_by_the_turn(
+    make_runtime: MakeRuntime,
+    monkeypatch: pytest.MonkeyPatch,
+    early: Callable[[], Awaitable[None]],
 ) -> None:
-    """The read a submit started fails (a database fault): the turn reads again itself."""
+    """The read a submit started fails, or never answers: the turn waits a bounded time for
+    it, reads again itself and completes."""
+    from helix_dbos.runtime import turn as turn_module
+
+    monkeypatch.setattr(turn_module, "EARLY_READ_WAIT_SECONDS", 0.2)
     llm = ScriptedLLM(batch_script)
     runtime = await make_runtime([editor_agent(llm=llm)])
-    readers = _record_resume_reads(runtime.store, monkeypatch, fail_early=True)
+    readers = _record_resume_reads(runtime.store, monkeypatch, early=early)
     handle = await runtime.start("editor", "1 edit")
     [call] = await runtime.wait_for_pending(handle.session_id)
     await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
     assert (await runtime.wait(handle.session_id))["status"] == "completed"
     assert readers == [None, handle.workflow_id]
     assert len(llm.requests) == 2
-
-
-async def test_a_hanging_early_read_is_read_again_by_the_turn(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The read a submit started never answers (a stuck connection): the turn waits a bounded
-    time for it, reads again itself and completes."""
-    from helix_dbos.runtime import turn as turn_module
-
-    monkeypatch.setattr(turn_module, "EARLY_READ_WAIT_SECONDS", 0.2)
-    runtime = await make_runtime([editor_agent(llm=ScriptedLLM(batch_script))])
-    store = runtime.store
-    readers: list[str | None] = []
-    real_resume = store.resume_inputs
-
-    async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
-        readers.append(DBOS.workflow_id)
-        if DBOS.workflow_id is None:
-            await asyncio.Event().wait()  # never answers
-        return await real_resume(session_id, session_ids, conn)
-
-    monkeypatch.setattr(store, "resume_inputs", resume_inputs)
-    handle = await runtime.start("editor", "1 edit")
-    [call] = await runtime.wait_for_pending(handle.session_id)
-    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
-    assert (await runtime.wait(handle.session_id))["status"] == "completed"
-    assert readers == [None, handle.workflow_id]
