@@ -1,11 +1,14 @@
 """A turn this process starts takes its first model step's inputs from its entry.
 
 ``AgentRuntime.start`` commits a new session's entry (the claim and the user's message) and
-starts the turn's workflow at the same time, not one after the other. The turn waits here for
-the entry to commit and takes the session and the conversation as the entry committed them,
-instead of reading them back: the first model step starts from them (its commit then swaps
-from that row, ``store.Prior``). A turn that finds nothing here (recovered, started by the
-reconciler, or by another process) reads its inputs as usual.
+starts the turn's workflow at the same time, not one after the other. Once the entry has
+committed, the turn's first model step starts at once from the session and the conversation
+as the entry committed them (nothing is read back; its commit swaps from that row,
+``store.Prior``), while DBOS is still registering the workflow. The turn takes that running
+step here and awaits it as its own first step: the step is the same exactly-once commit under
+the same checkpoint slot, whichever task runs it. A turn that finds nothing here (recovered,
+started by the reconciler, or by another process) runs its first step itself, reading its
+inputs as usual; so does one whose process died before the step committed.
 
 If the entry fails (the session is busy, the database refused it), the turn learns it here
 and ends at once, writing nothing.
@@ -31,7 +34,7 @@ from ..core.messages import Message
 from ..core.session import SessionState
 from ..store.store import Prior
 
-__all__ = ["EntryInputs", "Handovers", "Prefetches", "ResumeRead", "Resumption"]
+__all__ = ["EntryInputs", "FirstStep", "Handovers", "Prefetches", "ResumeRead", "Resumption"]
 
 ResumeRead = tuple[dict[str, SessionState], list[Message]]
 """What a woken turn reads (``SessionStore.resume_inputs``): its rows and its conversation."""
@@ -45,27 +48,44 @@ class EntryInputs:
     history: list[Message]
 
 
+FirstStep = asyncio.Task[Any]
+"""A new session's first model step, started as its entry committed: it returns what the
+turn's own first step would (``steps.model_answer``)."""
+
+
 class Handovers:
     """The entries this process is committing, by the workflow id of the turn each starts."""
 
     __slots__ = ("_waiting",)
 
     def __init__(self) -> None:
-        self._waiting: dict[str, asyncio.Future[EntryInputs | None]] = {}
+        self._waiting: dict[str, asyncio.Future[FirstStep | EntryInputs | None]] = {}
 
-    def open(self, workflow_id: str) -> asyncio.Future[EntryInputs | None]:
+    def open(self, workflow_id: str) -> asyncio.Future[FirstStep | EntryInputs | None]:
         """A handover for the turn ``workflow_id`` (before its workflow starts); settle it
-        with ``EntryInputs`` once the entry committed, or ``None`` if it failed."""
+        with the first step once the entry committed and the step started (or the entry's
+        inputs, for a turn that runs its steps itself), or ``None`` if the entry failed."""
         waiter = self._waiting[workflow_id] = asyncio.get_running_loop().create_future()
         return waiter
 
     def close(self, workflow_id: str) -> None:
-        """Forget the handover of ``workflow_id`` if its turn never took it."""
-        self._waiting.pop(workflow_id, None)
+        """Forget the handover of ``workflow_id`` if its turn never took it, and stop the
+        first step it handed over (the turn, wherever it runs, runs that step itself)."""
+        waiter = self._waiting.pop(workflow_id, None)
+        if waiter is not None and waiter.done() and not waiter.cancelled():
+            step = waiter.result()
+            if isinstance(step, asyncio.Task):
+                step.cancel()
 
-    async def take(self, workflow_id: str) -> EntryInputs | None | bool:
-        """What the entry of ``workflow_id`` handed over (once): its inputs, ``None`` if the
-        entry failed, or ``False`` if this process is not committing one for it."""
+    def close_all(self) -> None:
+        """``close`` every handover not taken (at shutdown)."""
+        for workflow_id in list(self._waiting):
+            self.close(workflow_id)
+
+    async def take(self, workflow_id: str) -> FirstStep | EntryInputs | None | bool:
+        """What the entry of ``workflow_id`` handed over (once): its first step (or inputs),
+        ``None`` if the entry failed, or ``False`` if this process is not committing one for
+        it."""
         waiter = self._waiting.pop(workflow_id, None)
         if waiter is None:
             return False

@@ -30,7 +30,7 @@ from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
 from .notify import EventSignals
 from .submit import MISSING, Submission, submit
-from .turn import run_turn
+from .turn import run_turn, start_first_step
 
 __all__ = ["AgentRuntime", "TurnHandle"]
 
@@ -251,6 +251,7 @@ class AgentRuntime:
         """
         if self._ctx is None:
             return
+        self._ctx.handovers.close_all()  # first steps of turns that never ran here
         running = [task for task in self._ctx.workflows if not task.done()]
         if not running:
             return
@@ -348,10 +349,12 @@ class AgentRuntime:
     ) -> TurnHandle:
         """A new session's first turn: its entry commits while DBOS starts its workflow.
 
-        Each one's round trips overlap the other's. The turn waits for the entry and takes
-        its inputs from it (``handover.py``). A crash between the two is repaired either way:
-        a claim without its workflow is started by the reconciler (``heal``); a workflow
-        without its entry finds no session and ends, writing nothing.
+        Each one's round trips overlap the other's. Once the entry has committed, the turn's
+        first model step starts from it, still alongside DBOS's start, and the turn takes
+        the running step (``handover.py``). A crash between them is repaired either way: a
+        claim without its workflow is started by the reconciler (``heal``), and its turn
+        finds the first step's answer recorded, or runs the step; a workflow without its
+        entry finds no session and ends, writing nothing.
         """
         workflow_id = names.turn_workflow_id(session_id, turn_id)
         handover = self.ctx.handovers.open(workflow_id)
@@ -367,11 +370,12 @@ class AgentRuntime:
             starting.add_done_callback(lambda done: self._started_without_entry(workflow_id, done))
             raise
         # A new session's conversation is its entry, as ``open_turn`` appended it.
-        handover.set_result(EntryInputs(state, entry_messages(message, turn_id)))
+        entry = EntryInputs(state, entry_messages(message, turn_id))
+        handover.set_result(start_first_step(workflow_id, session_id, turn_id, agent_type, entry))
         try:
             workflow = await starting
         except BaseException:
-            self.ctx.handovers.close(workflow_id)
+            self.ctx.handovers.close(workflow_id)  # stops the first step too
             raise
         self._remember(workflow_id, workflow)
         return TurnHandle(session_id, turn_id, workflow_id, workflow)

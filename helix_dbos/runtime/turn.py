@@ -44,7 +44,7 @@ from . import names, steps
 from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import EntryInputs, ResumeRead, Resumption
+from .handover import EntryInputs, FirstStep, ResumeRead, Resumption
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -62,7 +62,7 @@ from .records import (
 )
 from .resolve import resolve_call
 
-__all__ = ["run_turn"]
+__all__ = ["run_turn", "start_first_step"]
 
 R = TypeVar("R")
 
@@ -81,6 +81,42 @@ async def run_turn(
     """
     with patience(None), workflow_task():
         return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
+
+
+def start_first_step(
+    workflow_id: str, session_id: str, turn_id: str, agent_type: str, entry: EntryInputs
+) -> FirstStep | EntryInputs:
+    """Start the first model step of a new session's turn from its committed ``entry``,
+    before its workflow runs (``handover``): the step ``_Turn`` would run first, under its
+    checkpoint slot, waiting out database faults as the turn does.
+
+    Only a turn recording ``names.TURN_LAYOUT`` 2 can take it: in layout 1 the step is a DBOS
+    step, which runs only inside its workflow. There ``entry`` is handed over as it is.
+    """
+    if names.TURN_LAYOUT != 2:
+        return entry
+
+    async def first_step() -> ModelStepResult | FencedResult:
+        with patience(None):
+            return await steps.model_answer(
+                names.turn_slot(workflow_id, turn_id, 0, "model"),
+                session_id,
+                session_id,
+                turn_id,
+                agent_type,
+                0,
+                _new_summary(),
+                entry=entry,
+            )
+
+    step = asyncio.ensure_future(first_step())
+    # A step no turn takes (its start failed, a shutdown) must not log an unretrieved error.
+    step.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return step
+
+
+def _new_summary() -> TurnSummary:
+    return {"steps": 0, "clientCalls": 0, "waitMs": 0, "inputTokens": 0, "outputTokens": 0}
 
 
 #: How long a woken turn waits for the read a submit started for it before reading itself.
@@ -121,25 +157,21 @@ class _Turn:
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
         self.run_id = turn_id
-        self.entry: EntryInputs | None = None
-        """The first step's inputs as this process's entry committed them (``handover``)."""
+        self.entry: EntryInputs | FirstStep | None = None
+        """What the next model step starts from, when this process has it: the step itself,
+        started as the entry committed (``handover``), or its inputs as the last results
+        commit wrote them (``Resumption``)."""
         self.resume_read: asyncio.Task[ResumeRead] | None = None
         """The read a submit started for this turn as it woke it (``handover.Prefetches``)."""
-        self.summary: TurnSummary = {
-            "steps": 0,
-            "clientCalls": 0,
-            "waitMs": 0,
-            "inputTokens": 0,
-            "outputTokens": 0,
-        }
+        self.summary = _new_summary()
 
     async def run(self) -> TurnOutcome:
         handed = await current().handovers.take(self.workflow_id)
         if handed is None:
             # The entry that started this turn failed: there is no run to continue.
             return _outcome("stopped", "", None, None, self.run_id)
-        self.entry = handed if isinstance(handed, EntryInputs) else None
-        del handed  # this frame lives while the turn is parked: the entry is held once
+        self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
+        del handed  # this frame lives while the turn is parked: the step is held once
         try:
             try:
                 for step in range(self.agent.max_steps):
@@ -190,7 +222,9 @@ class _Turn:
         args = (self.session_id, self.root_session_id, self.run_id, self.agent_type, step)
         if self.layout == 1:
             return await steps.model_step(*args, self.summary)
-        entry, self.entry = self.entry, None  # only the first step starts from the entry
+        entry, self.entry = self.entry, None  # handed over to one step only
+        if isinstance(entry, asyncio.Task):
+            return cast("ModelStepResult | FencedResult", await entry)
         return await steps.model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
 
     async def _step(self, step: int) -> TurnOutcome | None:

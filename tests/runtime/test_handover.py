@@ -1,7 +1,8 @@
-"""A new session's entry commits while its turn's workflow starts, and hands the turn its
-inputs (``runtime/handover.py``): the first model step reads nothing back, sees exactly the
-conversation the store holds, and a turn whose entry failed (or never committed) ends without
-writing anything."""
+"""A new session's entry commits while its turn's workflow starts, and its first model step
+starts from it, still alongside DBOS's start (``runtime/handover.py``): the step reads nothing
+back, sees exactly the conversation the store holds, and is the turn's own first step; a start
+that fails leaves the turn to the reconciler, whose turn runs the step only if it had not
+committed; a turn whose entry failed (or never committed) ends without writing anything."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from dbos import DBOS, SetWorkflowID
 
-from helix_dbos.errors import StoreUnavailableError
+from helix_dbos.errors import SessionNotFoundError, StoreUnavailableError
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
@@ -54,6 +55,78 @@ async def test_the_first_step_takes_the_entry_it_was_handed(
     _, _, stored = await real(handle.session_id, "no-such-slot")
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert llm.requests[1].messages == stored[:3]
+
+
+async def _until_pending(runtime: Any, session_id: str) -> None:
+    """Until the session exists (its entry committed) and has a pending call."""
+    while True:
+        try:
+            await runtime.wait_for_pending(session_id)
+            return
+        except SessionNotFoundError:
+            await asyncio.sleep(0.01)
+
+
+async def test_the_first_step_runs_while_dbos_starts_the_workflow(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DBOS's start of the workflow is held until the first model step has committed its
+    call: the step cannot wait for the workflow. The turn then takes that step's answer as its
+    own (the model is called once for it) and completes."""
+    llm = ScriptedLLM(batch_script)
+    # No reconciler: it would start a claimed session's workflow itself after its grace.
+    runtime = await make_runtime([editor_agent(llm=llm)], heal_interval_seconds=0)
+    session_id = records.new_session_id()
+    monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+    real_start = runtime_module._start_turn
+    calls_before_start: list[int] = []
+
+    async def held_start(*args: Any) -> Any:
+        await _until_pending(runtime, session_id)
+        calls_before_start.append(llm.calls)
+        return await real_start(*args)
+
+    monkeypatch.setattr(runtime_module, "_start_turn", held_start)
+    handle = await asyncio.wait_for(runtime.start("editor", "1 edit"), 20)
+    assert calls_before_start == [1]
+    [call] = await runtime.wait_for_pending(session_id)
+    await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
+    assert (await handle.result())["outcome"] == "completed"
+    assert llm.calls == 2
+    _, _, stored = await runtime.store.step_inputs(session_id, "no-such-slot")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["step-committed", "step-not-run"])
+async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, committed: bool
+) -> None:
+    """DBOS's start fails after the entry committed: the caller gets the error. If the first
+    step had committed, the turn the reconciler starts takes its recorded answer (no second
+    model call); if not, the step is stopped before it runs, and that turn runs it."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)], heal_interval_seconds=0)
+    session_id = records.new_session_id()
+    monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+
+    async def failed_start(*args: Any) -> Any:
+        if committed:
+            await _until_pending(runtime, session_id)
+        raise RuntimeError("the workflow could not be started")
+
+    monkeypatch.setattr(runtime_module, "_start_turn", failed_start)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(runtime.start("editor", "1 edit"), 20)
+    await asyncio.sleep(0.1)  # a step that was not stopped would commit in this time
+    assert llm.calls == (1 if committed else 0)
+    assert [r.action for r in await runtime.heal(grace_seconds=0)] == ["started"]
+    [call] = await runtime.wait_for_pending(session_id)
+    assert llm.calls == 1
+    await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(session_id))["status"] == "completed"
+    assert llm.calls == 2
+    _, _, stored = await runtime.store.step_inputs(session_id, "no-such-slot")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_a_results_commit_on_a_changed_row_hands_nothing_over(
