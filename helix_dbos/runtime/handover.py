@@ -28,13 +28,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..store.store import Prior
 
-__all__ = ["EntryInputs", "FirstStep", "Handovers", "Prefetches", "ResumeRead", "Resumption"]
+__all__ = [
+    "EntryInputs",
+    "FirstStep",
+    "Handovers",
+    "Prefetches",
+    "ResumeRead",
+    "Resumption",
+    "detached",
+]
+
+T = TypeVar("T")
 
 ResumeRead = tuple[dict[str, SessionState], list[Message]]
 """What a woken turn reads (``SessionStore.resume_inputs``): its rows and its conversation."""
@@ -46,6 +56,14 @@ class EntryInputs:
 
     state: SessionState
     history: list[Message]
+
+
+def detached(work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Start ``work`` for a turn that may never take it: an error nobody retrieves is not
+    logged as one (the turn that takes the task meets the error itself)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
 
 
 FirstStep = asyncio.Task[Any]
@@ -145,9 +163,7 @@ class Prefetches:
 
     def start(self, workflow_id: str, read: Coroutine[Any, Any, ResumeRead]) -> None:
         """Start ``read`` for the turn ``workflow_id`` (replacing an earlier one)."""
-        task = asyncio.ensure_future(read)
-        # A read nobody takes (the turn was cancelled) must not log an unretrieved error.
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        task = detached(read)  # nobody takes it if the turn was cancelled
         previous = self._reads.pop(workflow_id, None)
         if previous is not None:
             previous.cancel()

@@ -44,7 +44,7 @@ from . import names, steps
 from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import EntryInputs, FirstStep, ResumeRead, Resumption
+from .handover import EntryInputs, FirstStep, ResumeRead, Resumption, detached
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -109,10 +109,7 @@ def start_first_step(
                 entry=entry,
             )
 
-    step = asyncio.ensure_future(first_step())
-    # A step no turn takes (its start failed, a shutdown) must not log an unretrieved error.
-    step.add_done_callback(lambda done: done.cancelled() or done.exception())
-    return step
+    return detached(first_step())  # nobody takes it if the start failed
 
 
 def _new_summary() -> TurnSummary:
