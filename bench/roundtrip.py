@@ -193,9 +193,9 @@ def xacts(url: str) -> int:
     return int(row[0])
 
 
-async def helix_round_trip(rt: AgentRuntime) -> tuple[float, float]:
+async def helix_round_trip(rt: AgentRuntime, session_id: str | None = None) -> tuple[float, float]:
     t0 = time.perf_counter()
-    handle = await rt.start("bench", "go")
+    handle = await rt.start("bench", "go", session_id=session_id)
     await wait_in(cast(ParkedSet, rt.ctx.parked), handle.workflow_id or "")
     t1 = time.perf_counter()
     state = await rt.session(handle.session_id)
@@ -205,6 +205,32 @@ async def helix_round_trip(rt: AgentRuntime) -> tuple[float, float]:
     await handle.result()
     t3 = time.perf_counter()
     return (t1 - t0) * 1000, (t3 - t2) * 1000
+
+
+#: Sessions whose first turn ended, each kept for one follow-up message (``follow_up``).
+_ended: list[str] = []
+
+
+async def end_sessions(rt: AgentRuntime, n: int) -> None:
+    """Fill ``_ended`` with ``n`` sessions whose first round trip completed (16 at a time)."""
+    sem = asyncio.Semaphore(16)
+
+    async def one() -> None:
+        async with sem:
+            handle = await rt.start("bench", "go")
+            await wait_in(cast(ParkedSet, rt.ctx.parked), handle.workflow_id or "")
+            (tcid,) = (await rt.session(handle.session_id)).pending
+            await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
+            await handle.result()
+            _ended.append(handle.session_id)
+
+    await asyncio.gather(*[one() for _ in range(n)])
+
+
+async def follow_up_round_trip(rt: AgentRuntime) -> tuple[float, float]:
+    """The round trip of a session's second message: its conversation is the first round
+    trip's four messages, the same for every one (each session takes one follow-up)."""
+    return await helix_round_trip(rt, _ended.pop())
 
 
 async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float]:
@@ -369,6 +395,11 @@ async def main() -> None:
         help="parked: only the parked-memory figures; round-trip: all but them",
     )
     parser.add_argument(
+        "--follow-ups",
+        action="store_true",
+        help="also measure the round trip of a session's second message (helix_follow_up)",
+    )
+    parser.add_argument(
         "--trace-files",
         action="store_true",
         help="also print tracemalloc bytes per parked session by source file",
@@ -383,10 +414,15 @@ async def main() -> None:
     )
     await rt.launch()
     watch_parked(rt)
-    report: dict[str, Any] = {"raw_dbos": {}, "helix": {}}
+    report: dict[str, Any] = {"raw_dbos": {}, "helix": {}, "helix_follow_up": {}}
     try:
         if args.only != "parked":
             kinds = {"raw_dbos": raw_round_trip, "helix": helix_round_trip}
+            if args.follow_ups:
+                # One ended session per follow-up round trip: warm-up, latency, throughput at
+                # concurrency 1 and 16, and the transactions count.
+                await end_sessions(rt, 10 + args.iterations + 2 * args.throughput + 50 + 16)
+                kinds["helix_follow_up"] = follow_up_round_trip
             measured = await interleaved(kinds, rt, url, args.iterations, args.throughput)
             for label, figures in measured.items():
                 report[label].update(figures)
@@ -416,6 +452,14 @@ async def main() -> None:
             for k in report["helix"]
             if report["raw_dbos"].get(k)
         }
+        if report["helix_follow_up"]:
+            report["ratios_follow_up_over_raw"] = {
+                k: report["helix_follow_up"][k] / report["raw_dbos"][k]
+                for k in report["helix_follow_up"]
+                if report["raw_dbos"].get(k)
+            }
+        else:
+            del report["helix_follow_up"]
     finally:
         await rt.shutdown()
         with psycopg.connect(ADMIN, autocommit=True) as conn:

@@ -15,10 +15,11 @@ from ..core.humanize import humanize_client_tool_error
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import SessionState
-from ..errors import AgentAlreadyRunningError
-from ..store.store import NoChange, SessionStore, guard
+from ..errors import AgentAlreadyRunningError, SessionNotFoundError
+from ..store.store import NoChange, Prior, SessionStore, guard
 from . import names
 from .context import current
+from .handover import EntryInputs
 from .once import exactly_once, step_connection
 from .records import STASH_KEY, ChildStarted, FencedResult
 
@@ -65,10 +66,12 @@ async def open_turn(
     metadata: dict[str, Any] | None = None,
     workflow_id: str | None = None,
     new: bool = False,
-) -> SessionState:
+) -> EntryInputs:
     """Claim ``session_id`` for a new turn (creating it if new) and commit its entry.
 
-    The entry message is marked as the turn's own input. ``workflow_id`` is the workflow that
+    Returns the claimed row and the live conversation as this transaction leaves it (the
+    turn's first model step can start from them: ``handover``). The entry message is marked
+    as the turn's own input. ``workflow_id`` is the workflow that
     runs the turn (default: the turn's own, ``names.turn_workflow_id``). ``new``: the caller
     made ``session_id`` up just now, so it is not read first (a session that exists after all
     fails the insert with ``IntegrityError``).
@@ -77,7 +80,17 @@ async def open_turn(
         AgentAlreadyRunningError: a turn of the session is running or parked.
     """
     workflow_id = workflow_id or names.turn_workflow_id(session_id, turn_id)
-    existing = None if new else await store.load(session_id, conn)
+    existing = None
+    history: list[Message] = []  # a new session has no log to heal
+    if not new:
+        # The row and its conversation in one read. The claim below swaps from that row, and
+        # every write to a conversation moves its row's version: a claim that lands read the
+        # whole conversation (a lost swap runs the transaction again).
+        try:
+            read, history = await store.resume_inputs(session_id, (), conn)
+            existing = read[session_id]
+        except SessionNotFoundError:
+            pass
     if existing is None:
         state = await store.create_session(
             SessionState(
@@ -92,7 +105,6 @@ async def open_turn(
             ),
             conn,
         )
-        history: list[Message] = []  # a new session has no log to heal
     else:
 
         def claim(states: dict[str, SessionState]) -> None:
@@ -106,9 +118,8 @@ async def open_turn(
             s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
             s.metadata.pop(STASH_KEY, None)
 
-        saved, _ = await store.update([session_id], claim, conn=conn)
+        saved, _ = await store.update([session_id], claim, conn=conn, prior=Prior(existing))
         state = saved[session_id]
-        history = await store.load_messages(session_id, conn)
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
     healed = [
         Message(
@@ -127,7 +138,7 @@ async def open_turn(
     if message is not None:
         events.append(event("user_message", text=message))
     await store.append_events(session_id, turn_id, events, conn)
-    return state
+    return EntryInputs(state, [*history, *healed, *entry])
 
 
 async def start_child_session(

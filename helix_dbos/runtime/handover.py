@@ -1,7 +1,9 @@
 """A turn this process starts takes its first model step's inputs from its entry.
 
-``AgentRuntime.start`` commits a new session's entry (the claim and the user's message) and
-starts the turn's workflow at the same time, not one after the other. Once the entry has
+``AgentRuntime.start`` commits a new session's entry (the session's row and the user's
+message) and starts the turn's workflow at the same time, not one after the other. A
+follow-up message's entry (the claim of an idle session) commits first, and the workflow
+starts after it: a refused claim must leave no workflow. Either way, once the entry has
 committed, the turn's first model step starts at once from the session and the conversation
 as the entry committed them (nothing is read back; its commit swaps from that row,
 ``store.Prior``), while DBOS is still registering the workflow. The turn takes that running
@@ -67,7 +69,7 @@ def detached(work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
 
 
 FirstStep = asyncio.Task[Any]
-"""A new session's first model step, started as its entry committed: it returns what the
+"""A turn's first model step, started as its entry committed: it returns what the
 turn's own first step would (``steps.model_answer``)."""
 
 

@@ -203,7 +203,7 @@ async def deliver(
             if live is not None and live == stale:
                 live = None  # start a new workflow instead
         workflow_id = live or names.persistent_workflow_id(session_id, run_id)
-        state = await open_turn(
+        entered = await open_turn(
             store,
             conn,
             session_id=session_id,
@@ -213,6 +213,7 @@ async def deliver(
             workflow_id=workflow_id,
             metadata={records.PERSISTENT_KEY: _mark(workflow_id)} if existing is None else None,
         )
+        state = entered.state
         if live is None:
             if existing is not None:
                 saved, _ = await store.update(

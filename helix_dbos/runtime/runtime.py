@@ -24,7 +24,7 @@ from ..store.migrate import require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records
 from .control import stash_entry, stop_tree, tree_of
-from .entry import entry_messages, open_turn
+from .entry import open_turn
 from .fleet import Fleet
 from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
@@ -311,19 +311,32 @@ class AgentRuntime:
             return await self._enter_persistent(session_id, agent_type, message, turn_id)
         if new:
             return await self._enter_new(session_id, agent_type, message, turn_id)
-        state = await self._open(session_id, agent_type, message, turn_id, new=False)
+        entry = await self._open(session_id, agent_type, message, turn_id, new=False)
         # The claim is committed; a crash before the workflow below starts leaves it without a
-        # workflow, and the reconciler (``heal``) starts that workflow under the same id.
+        # workflow, and the reconciler (``heal``) starts that workflow under the same id. The
+        # workflow starts only now: a refused claim (the session is busy) leaves none behind.
+        # The first model step starts from the entry alongside DBOS's start, as in
+        # ``_enter_new``.
+        state = entry.state
         workflow_id = names.turn_workflow_id(session_id, turn_id)
-        workflow = await _start_turn(
-            workflow_id, session_id, turn_id, state.agent_type, state.root_session_id
+        self.ctx.handovers.open(workflow_id).set_result(
+            start_first_step(
+                workflow_id, session_id, turn_id, state.agent_type, state.root_session_id, entry
+            )
         )
+        try:
+            workflow = await _start_turn(
+                workflow_id, session_id, turn_id, state.agent_type, state.root_session_id
+            )
+        except BaseException:
+            self.ctx.handovers.close(workflow_id)  # stops the first step too
+            raise
         self._remember(workflow_id, workflow)
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
     async def _open(
         self, session_id: str, agent_type: str, message: str | None, turn_id: str, *, new: bool
-    ) -> SessionState:
+    ) -> EntryInputs:
         """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
         try:
             return await self.store.transact(
@@ -362,16 +375,16 @@ class AgentRuntime:
             _start_turn(workflow_id, session_id, turn_id, agent_type, session_id)
         )
         try:
-            state = await self._open(session_id, agent_type, message, turn_id, new=True)
+            entry = await self._open(session_id, agent_type, message, turn_id, new=True)
         except BaseException:
             handover.set_result(None)  # the turn ends at once
             # Not awaited: with the database down, DBOS's start waits for it to come back,
             # and the caller must get the entry's error now.
             starting.add_done_callback(lambda done: self._started_without_entry(workflow_id, done))
             raise
-        # A new session's conversation is its entry, as ``open_turn`` appended it.
-        entry = EntryInputs(state, entry_messages(message, turn_id))
-        handover.set_result(start_first_step(workflow_id, session_id, turn_id, agent_type, entry))
+        handover.set_result(
+            start_first_step(workflow_id, session_id, turn_id, agent_type, session_id, entry)
+        )
         try:
             workflow = await starting
         except BaseException:

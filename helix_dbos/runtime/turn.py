@@ -84,10 +84,15 @@ async def run_turn(
 
 
 def start_first_step(
-    workflow_id: str, session_id: str, turn_id: str, agent_type: str, entry: EntryInputs
+    workflow_id: str,
+    session_id: str,
+    turn_id: str,
+    agent_type: str,
+    root_session_id: str,
+    entry: EntryInputs,
 ) -> FirstStep | EntryInputs:
-    """Start the first model step of a new session's turn from its committed ``entry``,
-    before its workflow runs (``handover``): the step ``_Turn`` would run first, under its
+    """Start the first model step of a turn from its committed ``entry``, before its
+    workflow runs (``handover``): the step ``_Turn`` would run first, under its
     checkpoint slot, waiting out database faults as the turn does.
 
     Only a turn recording ``names.TURN_LAYOUT`` 2 can take it: in layout 1 the step is a DBOS
@@ -101,7 +106,7 @@ def start_first_step(
             return await steps.model_answer(
                 names.turn_slot(workflow_id, turn_id, 0, "model"),
                 session_id,
-                session_id,
+                root_session_id,
                 turn_id,
                 agent_type,
                 0,

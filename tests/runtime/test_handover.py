@@ -1,8 +1,9 @@
-"""A new session's entry commits while its turn's workflow starts, and its first model step
-starts from it, still alongside DBOS's start (``runtime/handover.py``): the step reads nothing
-back, sees exactly the conversation the store holds, and is the turn's own first step; a start
-that fails leaves the turn to the reconciler, whose turn runs the step only if it had not
-committed; a turn whose entry failed (or never committed) ends without writing anything."""
+"""A turn's first model step starts from its committed entry, alongside DBOS's start of its
+workflow (``runtime/handover.py``); a new session's entry itself commits while the workflow
+starts. The step reads nothing back, sees exactly the conversation the store holds, and is the
+turn's own first step; a start that fails leaves the turn to the reconciler, whose turn runs
+the step only if it had not committed; a turn whose entry failed (or never committed) ends
+without writing anything."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from typing import Any
 import pytest
 from dbos import DBOS, SetWorkflowID
 
-from helix_dbos.errors import SessionNotFoundError, StoreUnavailableError
+from helix_dbos.errors import (
+    AgentAlreadyRunningError,
+    SessionNotFoundError,
+    StoreUnavailableError,
+)
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
@@ -22,39 +27,129 @@ from helix_dbos.runtime.turn import run_turn
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
+#: A turn of a new session, or the second turn of a session whose first one completed.
+KINDS = pytest.mark.parametrize("kind", ["new", "follow-up"])
 
-async def test_the_first_step_takes_the_entry_it_was_handed(
-    make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The model is called with the conversation the store holds (the entry, marked as the
-    run's input), and the step does not read it back."""
-    llm = ScriptedLLM(batch_script)
-    runtime = await make_runtime([editor_agent(llm=llm)])
+#: The conversation a follow-up's session holds before its entry: one completed round trip.
+BEFORE = {"new": [], "follow-up": ["user", "assistant", "tool", "assistant"]}
+
+
+async def _session_for(
+    runtime: Any, kind: str, monkeypatch: pytest.MonkeyPatch, interrupted: bool = False
+) -> str:
+    """The session the test's turn starts in: a new one (its id fixed in advance), or one
+    whose first turn completed (or, ``interrupted``, was interrupted while parked)."""
+    if kind == "new":
+        session_id = records.new_session_id()
+        monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+        return session_id
+    first = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(first.session_id)
+    if interrupted:
+        await runtime.interrupt(first.session_id)
+    else:
+        await runtime.submit_tool_result(
+            first.session_id, call["toolCallId"], result={"applied": 1}
+        )
+    await runtime.wait(first.session_id)
+    return first.session_id
+
+
+async def _start(runtime: Any, kind: str, session_id: str) -> Any:
+    """Start the test's turn: a new session (``_session_for`` fixed its id) or a follow-up."""
+    return await runtime.start("editor", "1 edit", None if kind == "new" else session_id)
+
+
+def _record_step_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the checkpoint slots of the model steps that read their inputs themselves."""
     reads: list[str] = []
-    real = runtime.store.step_inputs
+    real = store.step_inputs
 
     async def step_inputs(session_id: str, slot: str, conn: Any = None) -> Any:
         reads.append(slot)
         return await real(session_id, slot, conn)
 
-    monkeypatch.setattr(runtime.store, "step_inputs", step_inputs)
-    handle = await runtime.start("editor", "1 edit")
-    [call] = await runtime.wait_for_pending(handle.session_id)
-    assert reads == []  # the first step read nothing back
-    _, _, stored = await real(handle.session_id, "no-such-slot")
-    [request] = llm.requests
-    assert [m.role for m in stored] == ["user", "assistant"]  # the entry, the model's answer
-    assert request.messages == stored[:1]
-    assert stored[0].meta == {"entryInput": {"runId": handle.run_id}}
+    monkeypatch.setattr(store, "step_inputs", step_inputs)
+    return reads
 
-    await runtime.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
-    assert (await runtime.wait(handle.session_id))["status"] == "completed"
+
+@KINDS
+async def test_the_first_step_takes_the_entry_it_was_handed(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The model is called with the conversation the store holds (a follow-up's earlier
+    messages, then the entry, marked as the run's input), and the step does not read it
+    back."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    session_id = await _session_for(runtime, kind, monkeypatch)
+    calls = llm.calls
+    reads = _record_step_reads(runtime.store, monkeypatch)
+    handle = await _start(runtime, kind, session_id)
+    [call] = await runtime.wait_for_pending(session_id)
+    assert reads == []  # the first step read nothing back
+    stored = await runtime.store.load_messages(session_id)
+    request = llm.requests[calls]
+    before = BEFORE[kind]
+    # The earlier messages, the entry, the model's answer:
+    assert [m.role for m in stored] == [*before, "user", "assistant"]
+    assert request.messages == stored[: len(before) + 1]
+    assert stored[len(before)].meta == {"entryInput": {"runId": handle.run_id}}
+
+    await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(session_id))["status"] == "completed"
     # The second step starts from what the results commit wrote (``Resumption``): it reads
     # nothing back either, and the model sees the conversation as stored, result included.
     assert reads == []
-    _, _, stored = await real(handle.session_id, "no-such-slot")
-    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
-    assert llm.requests[1].messages == stored[:3]
+    stored = await runtime.store.load_messages(session_id)
+    assert [m.role for m in stored] == [*before, "user", "assistant", "tool", "assistant"]
+    assert llm.requests[calls + 1].messages == stored[: len(before) + 3]
+
+
+async def test_a_follow_up_hands_over_the_conversation_it_healed(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's last turn was interrupted while parked, leaving a call unanswered: the
+    follow-up's entry pairs it with a ``not_executed`` result, and its first step (started
+    from the entry, reading nothing back) sends the model that healed conversation."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    session_id = await _session_for(runtime, "follow-up", monkeypatch, interrupted=True)
+    calls = llm.calls
+    reads = _record_step_reads(runtime.store, monkeypatch)
+    await _start(runtime, "follow-up", session_id)
+    await runtime.wait_for_pending(session_id)
+    assert reads == []
+    stored = await runtime.store.load_messages(session_id)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "assistant"]
+    assert stored[2].error_code == "not_executed"
+    assert llm.requests[calls].messages == stored[:4]
+
+
+async def test_concurrent_follow_ups_claim_the_session_once(make_runtime: MakeRuntime) -> None:
+    """Follow-ups sent together to an idle session: one takes it, every other one is refused
+    (``state_already_running``) and leaves nothing behind: one entry, one turn, one call."""
+    llm = ScriptedLLM(batch_script)
+    runtime = await make_runtime([editor_agent(llm=llm)])
+    first = await runtime.start("editor", "1 edit")
+    [call] = await runtime.wait_for_pending(first.session_id)
+    await runtime.submit_tool_result(first.session_id, call["toolCallId"], result={"applied": 1})
+    await first.result()
+    calls = llm.calls
+    started = await asyncio.gather(
+        *[runtime.start("editor", f"1 edit {i}", first.session_id) for i in range(6)],
+        return_exceptions=True,
+    )
+    taken = [s for s in started if not isinstance(s, BaseException)]
+    refused = [s for s in started if isinstance(s, BaseException)]
+    assert len(taken) == 1
+    assert all(isinstance(e, AgentAlreadyRunningError) for e in refused), refused
+    await runtime.wait_for_pending(first.session_id)
+    stored = await runtime.store.load_messages(first.session_id)
+    assert [m.role for m in stored] == [*BEFORE["follow-up"], "user", "assistant"]
+    assert llm.calls == calls + 1
+    turns = await DBOS.list_workflows_async(name=names.TURN_WORKFLOW)
+    assert len(turns) == 2  # the first turn's and the one follow-up's: a refusal starts none
 
 
 async def _until_pending(runtime: Any, session_id: str) -> None:
@@ -67,8 +162,9 @@ async def _until_pending(runtime: Any, session_id: str) -> None:
             await asyncio.sleep(0.01)
 
 
+@KINDS
 async def test_the_first_step_runs_while_dbos_starts_the_workflow(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """DBOS's start of the workflow is held until the first model step has committed its
     call: the step cannot wait for the workflow. The turn then takes that step's answer as its
@@ -76,38 +172,39 @@ async def test_the_first_step_runs_while_dbos_starts_the_workflow(
     llm = ScriptedLLM(batch_script)
     # No reconciler: it would start a claimed session's workflow itself after its grace.
     runtime = await make_runtime([editor_agent(llm=llm)], heal_interval_seconds=0)
-    session_id = records.new_session_id()
-    monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+    session_id = await _session_for(runtime, kind, monkeypatch)
+    calls = llm.calls
     real_start = runtime_module._start_turn
     calls_before_start: list[int] = []
 
     async def held_start(*args: Any) -> Any:
         await _until_pending(runtime, session_id)
-        calls_before_start.append(llm.calls)
+        calls_before_start.append(llm.calls - calls)
         return await real_start(*args)
 
     monkeypatch.setattr(runtime_module, "_start_turn", held_start)
-    handle = await asyncio.wait_for(runtime.start("editor", "1 edit"), 20)
+    handle = await asyncio.wait_for(_start(runtime, kind, session_id), 20)
     assert calls_before_start == [1]
     [call] = await runtime.wait_for_pending(session_id)
     await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
     assert (await handle.result())["outcome"] == "completed"
-    assert llm.calls == 2
+    assert llm.calls - calls == 2
     _, _, stored = await runtime.store.step_inputs(session_id, "no-such-slot")
-    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert [m.role for m in stored] == [*BEFORE[kind], "user", "assistant", "tool", "assistant"]
 
 
+@KINDS
 @pytest.mark.parametrize("committed", [True, False], ids=["step-committed", "step-not-run"])
 async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, committed: bool
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch, committed: bool, kind: str
 ) -> None:
     """DBOS's start fails after the entry committed: the caller gets the error. If the first
     step had committed, the turn the reconciler starts takes its recorded answer (no second
     model call); if not, the step is stopped before it runs, and that turn runs it."""
     llm = ScriptedLLM(batch_script)
     runtime = await make_runtime([editor_agent(llm=llm)], heal_interval_seconds=0)
-    session_id = records.new_session_id()
-    monkeypatch.setattr(records, "new_session_id", lambda: session_id)
+    session_id = await _session_for(runtime, kind, monkeypatch)
+    calls = llm.calls
 
     async def failed_start(*args: Any) -> Any:
         if committed:
@@ -116,17 +213,17 @@ async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
 
     monkeypatch.setattr(runtime_module, "_start_turn", failed_start)
     with pytest.raises(RuntimeError):
-        await asyncio.wait_for(runtime.start("editor", "1 edit"), 20)
+        await asyncio.wait_for(_start(runtime, kind, session_id), 20)
     await asyncio.sleep(0.1)  # a step that was not stopped would commit in this time
-    assert llm.calls == (1 if committed else 0)
+    assert llm.calls - calls == (1 if committed else 0)
     assert [r.action for r in await runtime.heal(grace_seconds=0)] == ["started"]
     [call] = await runtime.wait_for_pending(session_id)
-    assert llm.calls == 1
+    assert llm.calls - calls == 1
     await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
     assert (await runtime.wait(session_id))["status"] == "completed"
-    assert llm.calls == 2
+    assert llm.calls - calls == 2
     _, _, stored = await runtime.store.step_inputs(session_id, "no-such-slot")
-    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert [m.role for m in stored] == [*BEFORE[kind], "user", "assistant", "tool", "assistant"]
 
 
 async def test_a_results_commit_on_a_changed_row_hands_nothing_over(
