@@ -52,7 +52,7 @@ async def _session_for(
             first.session_id, call["toolCallId"], result={"applied": 1}
         )
     await runtime.wait(first.session_id)
-    return first.session_id
+    return str(first.session_id)
 
 
 async def _start(runtime: Any, kind: str, session_id: str) -> Any:
