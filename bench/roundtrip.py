@@ -1,7 +1,7 @@
 """Benchmark: the in-process client-tool round trip, against a raw DBOS workflow of the same
 shape (model step, park on recv, submit, model step), measured in the same run.
 
-Reports suspend and resume p50/p95 (ms), process CPU per round trip (ms), SQL statements per
+Reports suspend, resume and answer p50/p95 (ms), process CPU per round trip (ms), SQL statements per
 round trip (every statement a psycopg cursor of the process sends: ours and DBOS's),
 sessions/s at concurrency 1 and 16, RSS per parked session with N parked (and the process's
 threads before and after parking them), and Postgres transactions per round trip
@@ -129,8 +129,18 @@ for _cls in (psycopg.Cursor, psycopg.AsyncCursor):
         _counted(_cls, _name)
 
 
+#: When each session's (helix) or workflow's (raw) latest answer was there: the last commit
+#: with events of a helix session (``watch_parked``), the start of a raw workflow's model step.
+_answered: dict[str, float] = {}
+#: Off while turns are parked for the memory figures (their entries would count as memory).
+_timing_answers = True
+
+
 @DBOS.step(name="bench.raw.model")
 async def raw_model(i: int) -> dict[str, Any]:
+    # Its output is recorded after this: a raw answer's time is counted early, not late.
+    if _timing_answers:
+        _answered[DBOS.workflow_id or ""] = time.perf_counter()
     return {"toolCallId": f"tc-{i}"}
 
 
@@ -180,8 +190,20 @@ async def wait_in(container: ParkedSet, key: str) -> None:
 
 
 def watch_parked(rt: AgentRuntime) -> None:
-    """Make the runtime's set of parked turns a ``ParkedSet`` (before any turn parks)."""
+    """Make the runtime's set of parked turns a ``ParkedSet`` (before any turn parks), and
+    note when each session's commits with events land (``_answered``)."""
     rt.ctx.parked = ParkedSet()
+    wake = rt.store.on_events
+
+    def on_events(sessions: set[str]) -> None:
+        if _timing_answers:
+            at = time.perf_counter()
+            for session_id in sessions:
+                _answered[session_id] = at
+        if wake is not None:
+            wake(sessions)
+
+    rt.store.on_events = on_events
 
 
 def xacts(url: str) -> int:
@@ -193,7 +215,9 @@ def xacts(url: str) -> int:
     return int(row[0])
 
 
-async def helix_round_trip(rt: AgentRuntime, session_id: str | None = None) -> tuple[float, float]:
+async def helix_round_trip(
+    rt: AgentRuntime, session_id: str | None = None
+) -> tuple[float, float, float]:
     t0 = time.perf_counter()
     handle = await rt.start("bench", "go", session_id=session_id)
     await wait_in(cast(ParkedSet, rt.ctx.parked), handle.workflow_id or "")
@@ -204,7 +228,9 @@ async def helix_round_trip(rt: AgentRuntime, session_id: str | None = None) -> t
     await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
     await handle.result()
     t3 = time.perf_counter()
-    return (t1 - t0) * 1000, (t3 - t2) * 1000
+    # The final answer's commit is the session's last with events.
+    answered = _answered.pop(handle.session_id)
+    return (t1 - t0) * 1000, (t3 - t2) * 1000, (answered - t2) * 1000
 
 
 #: Sessions whose first turn ended, each kept for one follow-up message (``follow_up``).
@@ -227,13 +253,13 @@ async def end_sessions(rt: AgentRuntime, n: int) -> None:
     await asyncio.gather(*[one() for _ in range(n)])
 
 
-async def follow_up_round_trip(rt: AgentRuntime) -> tuple[float, float]:
+async def follow_up_round_trip(rt: AgentRuntime) -> tuple[float, float, float]:
     """The round trip of a session's second message: its conversation is the first round
     trip's four messages, the same for every one (each session takes one follow-up)."""
     return await helix_round_trip(rt, _ended.pop())
 
 
-async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float]:
+async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float, float]:
     i = uuid.uuid4().int % 10**9
     wid = f"raw-{uuid.uuid4().hex}"
     t0 = time.perf_counter()
@@ -244,7 +270,7 @@ async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float]:
     await DBOS.send_async(wid, {"applied": 1}, topic=f"tc-{i}", idempotency_key=f"{wid}:tc")
     await handle.get_result()
     t2 = time.perf_counter()
-    return (t1 - t0) * 1000, (t2 - t1) * 1000
+    return (t1 - t0) * 1000, (t2 - t1) * 1000, (_answered.pop(wid) - t1) * 1000
 
 
 #: Round trips per block: the kinds take turns block by block (see ``interleaved``).
@@ -257,6 +283,7 @@ class _Tally:
     def __init__(self) -> None:
         self.suspend: list[float] = []
         self.resume: list[float] = []
+        self.answer: list[float] = []
         self.cpu = 0.0
         self.statements = 0
         self.rates: dict[int, list[float]] = {}
@@ -283,9 +310,10 @@ async def interleaved(
             tally = tallies[label]
             cpu0, statements0 = time.process_time(), _statements
             for _ in range(BLOCK):
-                s, r = await fn(rt)
+                s, r, a = await fn(rt)
                 tally.suspend.append(s)
                 tally.resume.append(r)
+                tally.answer.append(a)
             tally.cpu += time.process_time() - cpu0
             tally.statements += _statements - statements0
     for concurrency in (1, 16):
@@ -302,6 +330,8 @@ async def interleaved(
             "suspend_p95": pct(tally.suspend, 95),
             "resume_p50": statistics.median(tally.resume),
             "resume_p95": pct(tally.resume, 95),
+            "answer_p50": statistics.median(tally.answer),
+            "answer_p95": pct(tally.answer, 95),
             "cpu_ms_per_round_trip": tally.cpu * 1000 / measured,
             "statements_per_round_trip": tally.statements / measured,
             "pg_xacts_per_round_trip": await xacts_per_round_trip(kinds[label], rt, url),
@@ -340,6 +370,9 @@ async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) ->
 async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[str, Any]:
     """Park ``n`` sessions (16 starting at a time) and keep them parked: RSS per parked session,
     threads before and after."""
+    global _timing_answers
+    _timing_answers = False
+    _answered.clear()
     gc.collect()
     threads0 = os_threads()
     if trace:

@@ -22,7 +22,10 @@ the conversation with the results appended. The next step reads nothing back.
 
 A submit that completes the batch of a turn parked in this process starts that read itself,
 as it wakes the turn (``Prefetches``): it then runs while DBOS consumes the wake-up message,
-not after it.
+not after it. For a batch of client calls (no approval among them), the submit goes on from
+that read to the turn's results commit and starts its next model step (``Early``): the turn,
+once DBOS hands it the wake-up, takes the recorded results and the running step. Both are
+the turn's own exactly-once commits under their checkpoint slots, whichever task runs them.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..store.store import Prior
 
 __all__ = [
+    "Early",
     "EntryInputs",
     "FirstStep",
     "Handovers",
@@ -44,6 +48,7 @@ __all__ = [
     "ResumeRead",
     "Resumption",
     "detached",
+    "drop",
 ]
 
 T = TypeVar("T")
@@ -71,6 +76,48 @@ def detached(work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
 FirstStep = asyncio.Task[Any]
 """A turn's first model step, started as its entry committed: it returns what the
 turn's own first step would (``steps.model_answer``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Early:
+    """What a submit did for a parked turn whose batch it completed: the results commit's
+    result, and the turn's next model step, started from what that commit wrote (``None``
+    when the turn does not go on to one: fenced, finished by a tool, or out of steps). Or
+    the error that commit raised (``failure``): the turn fails with it, as if it had run the
+    commit itself, rather than spend a second round of retries on it."""
+
+    settled: Any
+    next_step: FirstStep | None
+    failure: Exception | None = None
+
+
+class EarlyStart(Protocol):
+    """A parked turn that can be continued by the submit that completes its batch."""
+
+    def continue_early(
+        self, read: Coroutine[Any, Any, ResumeRead]
+    ) -> Coroutine[Any, Any, Early]: ...
+
+
+def drop(task: asyncio.Task[Any] | None) -> None:
+    """Let go of work started for a turn that will not take it. Work still running is left
+    to finish: cancelled mid-transaction, it could leave its connection holding a lock
+    (SQLite) or its commit half-way through its retries. The next model step it started
+    (``Early``) is stopped once it is known; the turn, wherever it runs, runs that step
+    itself."""
+    if task is None:
+        return
+    if task.done():
+        _stop_next_step(task)
+    else:
+        task.add_done_callback(_stop_next_step)
+
+
+def _stop_next_step(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        done = task.result()
+        if isinstance(done, Early) and done.next_step is not None:
+            done.next_step.cancel()
 
 
 class Handovers:
@@ -151,26 +198,54 @@ class Resumption:
 
 
 class Prefetches:
-    """Reads of a woken turn's inputs started early, by the workflow id of the turn.
+    """Work for woken turns started early, by the workflow id of the turn: the read of its
+    inputs, or the read, its results commit and its next step (``Early``).
 
-    The turn takes its read (once) when it leaves its park. It checks what it read like any
-    read of its own: its results commit swaps from the rows, so a read that went stale in
-    between costs a second read, never a wrong write.
+    The turn takes it (once) when it leaves its park. It checks a read like any read of its
+    own: its results commit swaps from the rows, so a read that went stale in between costs a
+    second read, never a wrong write. An early results commit is the turn's own (same slot):
+    the turn finds it recorded, whoever ran it.
     """
 
-    __slots__ = ("_reads",)
+    __slots__ = ("_parked", "_reads", "_running")
 
     def __init__(self) -> None:
-        self._reads: dict[str, asyncio.Task[ResumeRead]] = {}
+        self._reads: dict[str, asyncio.Task[Any]] = {}
+        self._parked: dict[str, EarlyStart] = {}
+        self._running: set[asyncio.Task[Any]] = set()
+        """Every task started here and not finished, taken or not (``close_all`` waits)."""
+
+    def park(self, workflow_id: str, turn: EarlyStart) -> None:
+        """``turn`` is parked on a batch its submit may continue (``EarlyStart``)."""
+        self._parked[workflow_id] = turn
 
     def start(self, workflow_id: str, read: Coroutine[Any, Any, ResumeRead]) -> None:
-        """Start ``read`` for the turn ``workflow_id`` (replacing an earlier one)."""
-        task = detached(read)  # nobody takes it if the turn was cancelled
-        previous = self._reads.pop(workflow_id, None)
-        if previous is not None:
-            previous.cancel()
+        """Start ``read`` for the turn ``workflow_id`` (replacing an earlier one), and go on
+        to its results commit and next step if it parked on a batch that allows it."""
+        turn = self._parked.pop(workflow_id, None)
+        # Nobody takes it if the turn was cancelled.
+        task = detached(turn.continue_early(read) if turn is not None else read)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        drop(self._reads.pop(workflow_id, None))
         self._reads[workflow_id] = task
 
-    def take(self, workflow_id: str) -> asyncio.Task[ResumeRead] | None:
-        """The read started for ``workflow_id``, if any (once)."""
+    def take(self, workflow_id: str) -> asyncio.Task[Any] | None:
+        """The work started for ``workflow_id``, if any (once): a ``ResumeRead`` or an
+        ``Early``."""
+        self._parked.pop(workflow_id, None)
         return self._reads.pop(workflow_id, None)
+
+    async def close_all(self, timeout: float) -> None:
+        """Let go of the work no turn took, and wait up to ``timeout`` seconds for every
+        task started here to finish (at shutdown, before the store closes); one stuck on
+        a dead database is cancelled."""
+        self._parked.clear()
+        for workflow_id in list(self._reads):
+            drop(self._reads.pop(workflow_id))
+        running = list(self._running)
+        if not running:
+            return
+        _, stuck = await asyncio.wait(running, timeout=timeout)
+        for task in stuck:
+            task.cancel()

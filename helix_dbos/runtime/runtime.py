@@ -253,14 +253,16 @@ class AgentRuntime:
             return
         self._ctx.handovers.close_all()  # first steps of turns that never ran here
         running = [task for task in self._ctx.workflows if not task.done()]
-        if not running:
-            return
-        # DBOS warns once per cancelled workflow; a deploy with thousands parked says it once.
-        with _quiet_dbos_cancellations():
-            for task in running:
-                task.cancel()
-            _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
-        log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
+        if running:
+            # DBOS warns once per cancelled workflow; a deploy with thousands parked says it
+            # once.
+            with _quiet_dbos_cancellations():
+                for task in running:
+                    task.cancel()
+                _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
+            log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
+        # After the turns, which let go of what they had taken (``handover.drop``).
+        await self._ctx.prefetches.close_all(RELEASE_WAIT_SECONDS)
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.
