@@ -275,6 +275,17 @@ async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float, float]:
 
 #: Round trips per block: the kinds take turns block by block (see ``interleaved``).
 BLOCK = 10
+WARM_UP = 10
+CONCURRENCIES = (1, 16)
+XACTS_ROUND_TRIPS = 50
+
+
+def round_trips_per_kind(n: int, total: int) -> int:
+    """How many round trips ``interleaved`` runs of each kind: warm-up, latency blocks,
+    throughput blocks at each concurrency, and the transactions count."""
+    latency = max(1, n // BLOCK) * BLOCK
+    throughput = sum(4 * max(c, total // 4) for c in CONCURRENCIES)
+    return WARM_UP + latency + throughput + XACTS_ROUND_TRIPS
 
 
 class _Tally:
@@ -303,7 +314,7 @@ async def interleaved(
     """
     tallies = {label: _Tally() for label in kinds}
     for fn in kinds.values():
-        for _ in range(10):
+        for _ in range(WARM_UP):
             await fn(rt)
     for _ in range(max(1, n // BLOCK)):
         for label, fn in kinds.items():
@@ -316,7 +327,7 @@ async def interleaved(
                 tally.answer.append(a)
             tally.cpu += time.process_time() - cpu0
             tally.statements += _statements - statements0
-    for concurrency in (1, 16):
+    for concurrency in CONCURRENCIES:
         per_block = max(concurrency, total // 4)
         for _ in range(4):
             for label, fn in kinds.items():
@@ -342,7 +353,9 @@ async def interleaved(
     return report
 
 
-async def xacts_per_round_trip(fn: Any, rt: AgentRuntime, url: str, n: int = 50) -> float:
+async def xacts_per_round_trip(
+    fn: Any, rt: AgentRuntime, url: str, n: int = XACTS_ROUND_TRIPS
+) -> float:
     """Postgres transactions per round trip of ``fn`` (``n`` alone, the counters given time to
     be reported: a backend reports them at most about once a second)."""
     await asyncio.sleep(1.5)
@@ -452,9 +465,8 @@ async def main() -> None:
         if args.only != "parked":
             kinds = {"raw_dbos": raw_round_trip, "helix": helix_round_trip}
             if args.follow_ups:
-                # One ended session per follow-up round trip: warm-up, latency, throughput at
-                # concurrency 1 and 16, and the transactions count.
-                await end_sessions(rt, 10 + args.iterations + 2 * args.throughput + 50 + 16)
+                # One ended session per follow-up round trip.
+                await end_sessions(rt, round_trips_per_kind(args.iterations, args.throughput))
                 kinds["helix_follow_up"] = follow_up_round_trip
             measured = await interleaved(kinds, rt, url, args.iterations, args.throughput)
             for label, figures in measured.items():
