@@ -85,9 +85,10 @@ async def open_turn(
     if not new:
         # The row and its conversation in one read. The claim below swaps from that row, and
         # every write to a conversation moves its row's version: a claim that lands read the
-        # whole conversation (a lost swap runs the transaction again).
+        # whole conversation (a lost swap runs the transaction again). So the read need not
+        # be in the transaction: read apart, the claim's commit is one statement.
         try:
-            read, history = await store.resume_inputs(session_id, (), conn)
+            read, history = await store.resume_inputs(session_id, (), conn, apart=True)
             existing = read[session_id]
         except SessionNotFoundError:
             pass

@@ -164,6 +164,15 @@ async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
     return driver
 
 
+async def sent_nothing(conn: AsyncConnection) -> bool:
+    """Whether ``conn``'s transaction has sent no statement yet (the driver sends BEGIN with
+    the first one): a read on another connection then sees what its first statement would."""
+    if isinstance(conn, LeanTransaction):
+        return not conn.began
+    driver = await _driver(conn)
+    return driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 async def fetch(
     conn: AsyncConnection, sql: str, params: tuple[Any, ...] | dict[str, Any]
 ) -> list[tuple[Any, ...]]:

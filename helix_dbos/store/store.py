@@ -59,6 +59,7 @@ from ..errors import (
 from ..observability.log import log_event
 from . import pg
 from .batch import (
+    ALL,
     CHECKPOINTS,
     EVENTS,
     MESSAGES,
@@ -393,6 +394,12 @@ def _read_retried(fn: F) -> F:
     return run  # type: ignore[return-value]
 
 
+async def _untouched(conn: AsyncConnection) -> bool:
+    """Whether ``conn``'s transaction has neither sent nor queued anything yet."""
+    batch = current_batch(conn)
+    return (batch is None or not batch.dirty(ALL)) and await pg.sent_nothing(conn)
+
+
 async def _queued(
     conn: AsyncConnection, body: Callable[[AsyncConnection], Awaitable[T]]
 ) -> tuple[T, WriteBatch]:
@@ -470,11 +477,19 @@ class SessionStore:
         sql: str,
         params: tuple[Any, ...] | dict[str, Any],
         reads: Iterable[str] = (STATES,),
+        *,
+        apart: bool = False,
     ) -> list[tuple[Any, ...]]:
         """A read of one statement on Postgres: in ``conn``'s transaction (or the bound one),
-        the queued writes to ``reads`` sent first; else on its own (``pg.LeanPool``)."""
+        the queued writes to ``reads`` sent first; else on its own (``pg.LeanPool``).
+
+        ``apart``: on its own too while that transaction has sent and queued nothing, so the
+        read does not open it (one that is then only its flush goes without BEGIN and COMMIT:
+        ``pg.fetch_last``). Only for a caller whose writes swap from what it read
+        (``Prior``): nothing of the read is held by the transaction.
+        """
         joined = conn if conn is not None else _bound.get()
-        if joined is not None:
+        if joined is not None and not (apart and await _untouched(joined)):
             await settle(joined, reads)
             return await pg.fetch(joined, sql, params)
         assert self._lean is not None
@@ -976,10 +991,18 @@ class SessionStore:
 
     @_read_retried
     async def resume_inputs(
-        self, session_id: str, session_ids: Sequence[str], conn: AsyncConnection | None = None
+        self,
+        session_id: str,
+        session_ids: Sequence[str],
+        conn: AsyncConnection | None = None,
+        *,
+        apart: bool = False,
     ) -> tuple[dict[str, SessionState], list[Message]]:
         """What a turn woken from its park reads, on one connection: the rows of
         ``session_ids`` (its own and its root's) and its own live conversation.
+
+        ``apart``: on Postgres, read on a connection of its own while ``conn``'s transaction
+        has sent nothing yet (``_fetch``): for a caller that swaps from the rows it read.
 
         Raises:
             SessionNotFoundError: ``session_id`` does not exist.
@@ -987,7 +1010,9 @@ class SessionStore:
         ids = list(dict.fromkeys([session_id, *session_ids]))
         history: list[Message] = []
         if self.dialect == "postgresql":
-            found = await self._fetch(conn, pg.RESUME_INPUTS, (session_id, ids), (STATES, MESSAGES))
+            found = await self._fetch(
+                conn, pg.RESUME_INPUTS, (session_id, ids), (STATES, MESSAGES), apart=apart
+            )
             rows: list[tuple[Any, ...]] = []
             for *selected, history_rows in found:
                 rows.append(tuple(selected))

@@ -24,6 +24,7 @@ from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
 from helix_dbos.runtime import runtime as runtime_module
 from helix_dbos.runtime.turn import run_turn
+from tests.psycopg_probe import record_commands
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -150,6 +151,41 @@ async def test_concurrent_follow_ups_claim_the_session_once(make_runtime: MakeRu
     assert llm.calls == calls + 1
     turns = await DBOS.list_workflows_async(name=names.TURN_WORKFLOW)
     assert len(turns) == 2  # the first turn's and the one follow-up's: a refusal starts none
+
+
+async def test_a_follow_ups_claim_is_one_read_and_one_statement_on_postgres(
+    make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follow-up's entry reads the session's row and conversation, then claims the session
+    and appends its entry in one statement, with no transaction around them (no BEGIN, no
+    COMMIT): the claim swaps from the row it read, so the read need not be in its
+    transaction."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite sends each write on its own")
+    import psycopg
+
+    runtime = await make_runtime([editor_agent(llm=ScriptedLLM(batch_script))])
+    session_id = await _session_for(runtime, "follow-up", monkeypatch)
+    sent: list[str] = []
+    original = psycopg.AsyncCursor.execute
+    starting = asyncio.current_task()
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if asyncio.current_task() is starting:  # not the turn's or DBOS's own work
+            sent.append(str(query))
+        return await original(self, query, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as watching:
+        watching.setattr(psycopg.AsyncCursor, "execute", execute)
+        commands = record_commands(watching, lambda _conn: asyncio.current_task() is starting)
+        await _start(runtime, "follow-up", session_id)
+    assert len(sent) == 2, sent
+    assert "__agents_messages" in sent[0] and "FOR UPDATE" not in sent[0]
+    assert "cas_states" in sent[1]
+    assert commands == []
+    [call] = await runtime.wait_for_pending(session_id)
+    await runtime.submit_tool_result(session_id, call["toolCallId"], result={"applied": 1})
+    assert (await runtime.wait(session_id))["status"] == "completed"
 
 
 async def _until_pending(runtime: Any, session_id: str) -> None:
