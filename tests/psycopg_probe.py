@@ -6,12 +6,13 @@ between modules across psycopg 3.1 and 3.2: it is found on the class, not import
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 import pytest
 
-__all__ = ["record_commands"]
+__all__ = ["record_commands", "record_task_statements"]
 
 
 def record_commands(monkeypatch: pytest.MonkeyPatch, keep: Any = None) -> list[bytes]:
@@ -28,3 +29,19 @@ def record_commands(monkeypatch: pytest.MonkeyPatch, keep: Any = None) -> list[b
 
     monkeypatch.setattr(owner, "_exec_command", exec_command)
     return sent
+
+
+def record_task_statements(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[bytes]]:
+    """Record what the calling task alone sends (not the runtime's background work) until
+    ``monkeypatch`` is undone: its statements (async cursors) and its transaction commands."""
+    task = asyncio.current_task()
+    original = psycopg.AsyncCursor.execute
+    sent: list[str] = []
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if asyncio.current_task() is task:
+            sent.append(str(query))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    return sent, record_commands(monkeypatch, lambda _conn: asyncio.current_task() is task)

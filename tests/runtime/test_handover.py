@@ -24,7 +24,7 @@ from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
 from helix_dbos.runtime import runtime as runtime_module
 from helix_dbos.runtime.turn import run_turn
-from tests.psycopg_probe import record_commands
+from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -162,22 +162,10 @@ async def test_a_follow_ups_claim_is_one_read_and_one_statement_on_postgres(
     transaction."""
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite sends each write on its own")
-    import psycopg
-
     runtime = await make_runtime([editor_agent(llm=ScriptedLLM(batch_script))])
     session_id = await _session_for(runtime, "follow-up", monkeypatch)
-    sent: list[str] = []
-    original = psycopg.AsyncCursor.execute
-    starting = asyncio.current_task()
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if asyncio.current_task() is starting:  # not the turn's or DBOS's own work
-            sent.append(str(query))
-        return await original(self, query, *args, **kwargs)
-
     with pytest.MonkeyPatch.context() as watching:
-        watching.setattr(psycopg.AsyncCursor, "execute", execute)
-        commands = record_commands(watching, lambda _conn: asyncio.current_task() is starting)
+        sent, commands = record_task_statements(watching)
         await _start(runtime, "follow-up", session_id)
     assert len(sent) == 2, sent
     assert "__agents_messages" in sent[0] and "FOR UPDATE" not in sent[0]

@@ -21,7 +21,7 @@ from helix_dbos.runtime import names, wake
 from helix_dbos.runtime.records import TurnMessage
 from helix_dbos.store import pg
 from helix_dbos.store.schema import states
-from tests.psycopg_probe import record_commands
+from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -198,8 +198,6 @@ async def test_a_submit_is_one_read_and_one_statement_on_postgres(
     COMMIT). The turn then completes on that message."""
     if not db_url.startswith("postgresql"):
         pytest.skip("SQLite sends each write on its own")
-    import psycopg
-
     runtime = await make_runtime([editor_agent()])
     handle = await runtime.start("editor", "1 edit")
     [call] = await runtime.wait_for_pending(handle.session_id)
@@ -210,18 +208,8 @@ async def test_a_submit_is_one_read_and_one_statement_on_postgres(
     deadline = loop.time() + 60
     while workflow_id not in runtime.ctx.parked and loop.time() < deadline:
         await asyncio.sleep(0.02)
-    sent: list[str] = []
-    original = psycopg.AsyncCursor.execute
-    submitting = asyncio.current_task()
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if asyncio.current_task() is submitting:  # not the runtime's background work
-            sent.append(str(query))
-        return await original(self, query, *args, **kwargs)
-
     with pytest.MonkeyPatch.context() as watching:
-        watching.setattr(psycopg.AsyncCursor, "execute", execute)
-        commands = record_commands(watching, lambda _conn: asyncio.current_task() is submitting)
+        sent, commands = record_task_statements(watching)
         answer = await runtime.submit_tool_result(
             handle.session_id, call["toolCallId"], result={"applied": 1}
         )
