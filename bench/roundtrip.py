@@ -277,14 +277,21 @@ async def raw_round_trip(_rt: AgentRuntime) -> tuple[float, float, float]:
 BLOCK = 10
 WARM_UP = 10
 CONCURRENCIES = (1, 16)
+#: Throughput blocks per kind and concurrency (the kinds take turns block by block).
+THROUGHPUT_BLOCKS = 4
 XACTS_ROUND_TRIPS = 50
+
+
+def per_block(concurrency: int, total: int) -> int:
+    """Round trips in one throughput block: ``total`` over the blocks, at least one per client."""
+    return max(concurrency, total // THROUGHPUT_BLOCKS)
 
 
 def round_trips_per_kind(n: int, total: int) -> int:
     """How many round trips ``interleaved`` runs of each kind: warm-up, latency blocks,
     throughput blocks at each concurrency, and the transactions count."""
     latency = max(1, n // BLOCK) * BLOCK
-    throughput = sum(4 * max(c, total // 4) for c in CONCURRENCIES)
+    throughput = sum(THROUGHPUT_BLOCKS * per_block(c, total) for c in CONCURRENCIES)
     return WARM_UP + latency + throughput + XACTS_ROUND_TRIPS
 
 
@@ -328,10 +335,9 @@ async def interleaved(
             tally.cpu += time.process_time() - cpu0
             tally.statements += _statements - statements0
     for concurrency in CONCURRENCIES:
-        per_block = max(concurrency, total // 4)
-        for _ in range(4):
+        for _ in range(THROUGHPUT_BLOCKS):
             for label, fn in kinds.items():
-                elapsed = await throughput(fn, rt, concurrency, per_block)
+                elapsed = await throughput(fn, rt, concurrency, per_block(concurrency, total))
                 tallies[label].rates.setdefault(concurrency, []).append(elapsed)
     report: dict[str, dict[str, float]] = {}
     for label, tally in tallies.items():
@@ -348,7 +354,7 @@ async def interleaved(
             "pg_xacts_per_round_trip": await xacts_per_round_trip(kinds[label], rt, url),
         }
         for concurrency, times in tally.rates.items():
-            count = max(concurrency, total // 4) * len(times)
+            count = per_block(concurrency, total) * len(times)
             report[label][f"sessions_per_s_c{concurrency}"] = count / sum(times)
     return report
 

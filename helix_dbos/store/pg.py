@@ -46,6 +46,7 @@ __all__ = [
     "LeanTransaction",
     "fetch",
     "fetch_last",
+    "sent_nothing",
     "state_from_tuple",
 ]
 
