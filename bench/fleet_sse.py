@@ -154,7 +154,8 @@ class Notes:
 
 async def park(client: httpx.AsyncClient, base: str) -> tuple[str, str, int]:
     """Start a turn on ``base``; wait until parked: (session, call, last event sequence)."""
-    r = await client.post(f"{base}/start", json={"agentType": "editor", "message": "hi"})
+    message = 'replace "a" with "b"'  # the demo editor parks on editContent
+    r = await client.post(f"{base}/start", json={"agentType": "editor", "message": message})
     sid = r.json()["sessionId"]
     while True:
         view = (await client.get(f"{base}/status", params={"sessionId": sid})).json()

@@ -6,7 +6,7 @@ exit code. Adding one is a call to :func:`register` next to the others (keep hea
 the ``run`` function, so ``helix-dbos --help`` stays fast).
 
 Exit codes: 0 success, 2 a usage, configuration or database problem (one line on stderr, never a
-traceback), 130 interrupted.
+traceback), 130 interrupted, 141 the reader of the output went away (``... | head``), quietly.
 """
 
 from __future__ import annotations
@@ -23,15 +23,29 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import __version__
 
 if TYPE_CHECKING:
+    import socket
+
+    from .config import HelixSettings
     from .runtime.operator import Operator
 
-__all__ = ["EXIT_OK", "EXIT_USAGE", "Command", "CommandError", "build_parser", "main", "register"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Command",
+    "CommandError",
+    "build_parser",
+    "main",
+    "register",
+]
 
 T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+#: 128 + SIGPIPE, what a shell tool killed by a closed pipe exits with.
+EXIT_BROKEN_PIPE = 141
 
 
 class CommandError(Exception):
@@ -219,14 +233,12 @@ def worker_app() -> Any:
 
 def _run_serve(args: argparse.Namespace) -> int:
     # Imported here: the web stack and DBOS are not needed for `helix-dbos --help`.
-    import uvicorn
-
-    from .config import HelixSettings, redact_url
+    from .config import HelixSettings
     from .errors import HelixError
-    from .http.app import AUTH_SECRET_ENV, create_app
+    from .http.app import AUTH_SECRET_ENV
+    from .http.listener import bind_listener
     from .loader import load_agents
     from .observability.logging_config import configure_logging
-    from .store import migrate
 
     if not os.environ.get(AUTH_SECRET_ENV) and not args.allow_unauthenticated:
         raise CommandError(
@@ -244,8 +256,28 @@ def _run_serve(args: argparse.Namespace) -> int:
         configure_logging(args.log_format)
         settings = HelixSettings.from_env()
         agents = load_agents(args.app) if args.app else None
+        # The port before the database: a port in use is one line (exit 2) here, before any
+        # migration or launch, not uvicorn's exit 3 after the runtime has started.
+        listener = bind_listener(args.host, args.port)
     except HelixError as exc:
         raise CommandError(exc.message) from None
+    try:
+        return _serve_on(listener, args, settings, agents)
+    finally:
+        listener.close()
+
+
+def _serve_on(
+    listener: socket.socket, args: argparse.Namespace, settings: HelixSettings, agents: Any
+) -> int:
+    """Check the database, then serve on ``listener`` (the socket ``serve`` bound)."""
+    import uvicorn
+
+    from .config import redact_url
+    from .http.app import create_app
+    from .http.listener import ListeningServer
+    from .store import migrate
+
     # Check the database before the server starts, so a wrong URL, a missing database or
     # tables behind the code are one line here, not a traceback from the app's startup.
     with _database_errors(redact_url(settings.database_url)):
@@ -265,6 +297,8 @@ def _run_serve(args: argparse.Namespace) -> int:
                     "logFormat": args.log_format,
                 }
             )
+            # uvicorn binds the port itself for its workers: the check above was a probe.
+            listener.close()
             uvicorn.run(
                 "helix_dbos.cli:worker_app",
                 factory=True,
@@ -288,8 +322,14 @@ def _run_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         app, host=args.host, port=args.port, timeout_graceful_shutdown=10, log_config=None
     )
-    server = uvicorn.Server(config)
-    server.run()
+    server = ListeningServer(config)
+    try:
+        server.run(sockets=[listener])
+    except SystemExit as exc:
+        # uvicorn exits 3 when the app's startup (the runtime's launch) failed: a startup
+        # failure is exit 2, its cause is in the log above.
+        if server.started or exc.code in (0, None):
+            raise
     if not server.started:
         raise CommandError("the server did not start (see the log above)")
     return EXIT_OK
@@ -318,7 +358,7 @@ def _add_database_options(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         metavar="URL",
         help="postgresql://... or sqlite:///path (default: $HELIX_DATABASE_URL, "
-        "else sqlite:///helix.sqlite)",
+        "else sqlite:///helix.sqlite, else the demo's sqlite:///demo.sqlite if only it exists)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -334,11 +374,13 @@ def _with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitabl
 
     import sqlalchemy.exc
 
-    from .config import parse_database_url, redact_url
+    from .cli_database import choose_database, missing_sqlite_message, sqlite_path
+    from .config import redact_url
     from .errors import HelixError
     from .runtime.operator import Operator
 
-    url = _database_url(args.database_url)
+    chosen = choose_database(args.database_url)
+    url = chosen.url
     shown = redact_url(url)
 
     async def run() -> T:
@@ -350,9 +392,11 @@ def _with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitabl
     quiet = logging.NullHandler()
     logging.getLogger("helix_dbos").addHandler(quiet)
     try:
-        urls = parse_database_url(url)
-        if urls.is_sqlite and not os.path.exists(urls.sync.removeprefix("sqlite:///")):
-            raise CommandError(f"no SQLite database at {shown}")
+        path = sqlite_path(url)
+        if path is not None and not os.path.exists(path):
+            raise CommandError(missing_sqlite_message(chosen))
+        if chosen.note:  # on stderr: stdout stays the output alone (--json)
+            print(f"helix-dbos {getattr(args, 'command', '')}: {chosen.note}", file=sys.stderr)
         return asyncio.run(run())
     except HelixError as exc:
         raise CommandError(exc.message) from None
@@ -452,17 +496,29 @@ def _configure_fail_call(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_fail_call(args: argparse.Namespace) -> int:
-    async def work(operator: Operator) -> tuple[str, Any]:
-        return await operator.fail_call(args.session, args.tool_call, args.error)
+    from .runtime.fleet import list_executors
 
-    root, answer = _with_operator(args, work)
+    async def work(operator: Operator) -> tuple[str, Any, int]:
+        root, answer = await operator.fail_call(args.session, args.tool_call, args.error)
+        # The answer is stored either way; whether the turn moves now depends on a process
+        # running turns on this database (each heartbeats in the fleet table).
+        fleet = await list_executors(operator.store, operator.settings.adopt_after_seconds)
+        return root, answer, sum(1 for e in fleet if e.state == "live")
+
+    root, answer, live = _with_operator(args, work)
     if answer.status == "unknown_tool_call":
         why = f" ({answer.reason})" if answer.reason else ""
         raise CommandError(f"no pending call {args.tool_call!r} in session {root!r}{why}")
     if args.json:
-        _print_json({"sessionId": root, **answer.dump()})
-    elif answer.status == "accepted":
+        _print_json({"sessionId": root, **answer.dump(), "liveExecutors": live})
+    elif answer.status == "accepted" and live:
         print(f"failed {args.tool_call} in {root} with {args.error!r}: the turn continues")
+    elif answer.status == "accepted":
+        print(
+            f"failed {args.tool_call} in {root} with {args.error!r}: no helix-dbos process is "
+            "running on this database, so the turn continues once one is up (helix-dbos serve, "
+            "or your application's runtime)"
+        )
     else:
         print(f"{args.tool_call} in {root} already had an answer; nothing changed")
     return EXIT_OK
@@ -702,12 +758,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     command = _commands[args.command]
     try:
-        return command.run(args)
+        code = command.run(args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is noticed while we can answer it
+        return code
     except CommandError as exc:
         print(f"helix-dbos {command.name}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader left (`... --json | head`): nothing more to say to it, and no traceback.
+        # What is still buffered goes to /dev/null, or the flush at exit would fail again.
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a real file (captured in a test)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

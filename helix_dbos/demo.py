@@ -1,14 +1,16 @@
 """Demo agents on the scripted model: they run without a network or an API key.
 
-``editor`` answers any message by asking the client to apply edits (the client tool
+``editor`` edits the user's document by asking the client to apply edits (the client tool
 ``editContent``), then says how many edits were applied. When the message asks to publish, it
 then calls ``publishDocument``, a server tool that runs only after a human approves it, and
 reports the outcome. Failures (a client error, a deadline, a denial) are reported in words.
 
-Message conventions the script understands::
+Message conventions the script understands (``UNDERSTOOD`` is the reply to any other message;
+the document is never touched then)::
 
-    replace "old" with "new"      one edit per such phrase (otherwise one edit of the whole text)
-    publish [document <id>]       publish afterwards (document id ``doc-1`` unless named)
+    replace "old" with "new"      one edit per such phrase
+    publish [document <id>]       publish afterwards (document id ``doc-1`` unless named);
+                                  alone, publish the document as it is
 
 For fault tests, ``HELIX_DEMO_MODEL_DELAY_MS`` makes each scripted model call take that many
 milliseconds (default 0), so a test can stop or kill the server while a model call runs.
@@ -30,6 +32,8 @@ from .llm.scripted import ScriptedLLM, call, reply
 __all__ = [
     "EDITOR_AGENT",
     "MODEL_DELAY_ENV",
+    "SERVED_STREAM_PAUSE_SECONDS",
+    "UNDERSTOOD",
     "Edit",
     "EditContentInput",
     "EditContentOutput",
@@ -42,6 +46,16 @@ __all__ = [
 EDITOR_AGENT = "editor"
 #: Test-only: milliseconds each demo model call takes (a stand-in for a real model's latency).
 MODEL_DELAY_ENV = "HELIX_DEMO_MODEL_DELAY_MS"
+#: The pause between two streamed words of the served demo's replies (``helix-dbos serve``):
+#: longer than the runtime's 50 ms delta coalescing, so a browser sees the text grow.
+SERVED_STREAM_PAUSE_SECONDS = 0.06
+#: The reply to a message the editor does not understand (the document is left alone).
+UNDERSTOOD = (
+    "I did not understand that, so the document is unchanged. I understand:\n"
+    '- replace "old" with "new" (one edit per phrase)\n'
+    "- publish, or publish document my-doc (after your approval)\n"
+    'For example: replace "quikc" with "quick" and publish'
+)
 
 _REPLACE = re.compile(
     r"""replace\s+(["'])(?P<old>.+?)\1\s+with\s+(["'])(?P<new>.*?)\3""", re.IGNORECASE
@@ -106,12 +120,22 @@ PUBLISH_DOCUMENT: Tool = define_tool(
 
 
 def edits_for(message: str) -> list[dict[str, str]]:
-    """The edits a message asks for: each ``replace "a" with "b"``, else the whole text."""
-    edits = [
+    """The edits a message asks for: one per ``replace "a" with "b"`` (none without one)."""
+    return [
         {"selector": m.group("old"), "replacement": m.group("new")}
         for m in _REPLACE.finditer(message)
     ]
-    return edits or [{"selector": "document", "replacement": message.strip() or "(empty)"}]
+
+
+def _asks_to_publish(message: str) -> bool:
+    # Outside the replace phrases: replace "publish" with "release" edits, it does not publish.
+    return _PUBLISH.search(_REPLACE.sub(" ", message)) is not None
+
+
+def _publish_call(request: LLMRequest, user_text: str, text: str = "") -> LLMResponse:
+    match = _DOCUMENT.search(_REPLACE.sub(" ", user_text))
+    document_id = match.group("id") if match else "doc-1"
+    return call(request, ("publishDocument", {"documentId": document_id}), text=text)
 
 
 def _last_user_text(messages: list[Message]) -> str:
@@ -148,30 +172,45 @@ def _edit_outcome(result: Message) -> tuple[str, bool]:
     return text, True
 
 
+def _first_step(request: LLMRequest, user_text: str) -> LLMResponse:
+    """The answer to the user's message: edits, else a publication, else what it understands."""
+    edits = edits_for(user_text)
+    if edits:
+        return call(request, ("editContent", {"edits": edits}))
+    if _asks_to_publish(user_text):
+        return _publish_call(request, user_text, text="Publishing the document as it is.")
+    return reply(UNDERSTOOD)
+
+
+def _published(publish: Message, before: str) -> LLMResponse:
+    lead = f"{before} " if before else ""
+    if publish.is_error:
+        return reply(f"{lead}The document was not published: {publish.content}")
+    url = publish.result.get("url", "") if isinstance(publish.result, dict) else ""
+    return reply(f"{lead}Published the document at {url}.")
+
+
 def editor_script(request: LLMRequest) -> LLMResponse:
     """The editor's deterministic "model": a function of the conversation."""
     messages = request.messages
     last = messages[-1] if messages else None
     user_text = _last_user_text(messages)
     if last is None or last.role == "user":
-        return call(request, ("editContent", {"edits": edits_for(user_text)}))
+        return _first_step(request, user_text)
     edit = _latest_tool(messages, "editContent")
-    if edit is None:
-        return reply("I could not apply the edits.")
-    edit_text, applied = _edit_outcome(edit)
-    if not _PUBLISH.search(user_text):
-        return reply(edit_text)
     publish = _latest_tool(messages, "publishDocument")
+    if edit is None:
+        if publish is None:
+            return reply("I could not apply the edits.")
+        return _published(publish, "")  # "publish" alone: nothing was edited
+    edit_text, applied = _edit_outcome(edit)
+    if not _asks_to_publish(user_text):
+        return reply(edit_text)
     if publish is None:
         if not applied:
             return reply(f"{edit_text} Nothing was published.")
-        match = _DOCUMENT.search(user_text)
-        document_id = match.group("id") if match else "doc-1"
-        return call(request, ("publishDocument", {"documentId": document_id}), text=edit_text)
-    if publish.is_error:
-        return reply(f"{edit_text} The document was not published: {publish.content}")
-    url = publish.result.get("url", "") if isinstance(publish.result, dict) else ""
-    return reply(f"{edit_text} Published the document at {url}.")
+        return _publish_call(request, user_text, text=edit_text)
+    return _published(publish, edit_text)
 
 
 def _model_delay_seconds() -> float:
@@ -182,12 +221,27 @@ def _model_delay_seconds() -> float:
         return 0.0
 
 
-def editor_agent(*, client_tool_timeout: float | None = None, llm: LLM | None = None) -> Agent:
-    """The ``editor`` demo agent: on ``llm``, else a fresh scripted model."""
+def editor_agent(
+    *,
+    client_tool_timeout: float | None = None,
+    llm: LLM | None = None,
+    stream_pause_seconds: float = 0.0,
+) -> Agent:
+    """The ``editor`` demo agent: on ``llm``, else a fresh scripted model.
+
+    ``stream_pause_seconds``: the scripted model's pause between two streamed words (see
+    ``ScriptedLLM``); 0 sends each reply as one delta. The served demo uses
+    ``SERVED_STREAM_PAUSE_SECONDS``.
+    """
     return define_agent(
         EDITOR_AGENT,
         llm=llm
-        or ScriptedLLM(editor_script, name="scripted-editor", delay_seconds=_model_delay_seconds()),
+        or ScriptedLLM(
+            editor_script,
+            name="scripted-editor",
+            delay_seconds=_model_delay_seconds(),
+            stream_pause_seconds=stream_pause_seconds,
+        ),
         instructions="You edit the user's document with editContent and publish it with "
         "publishDocument when asked.",
         tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],
@@ -195,9 +249,22 @@ def editor_agent(*, client_tool_timeout: float | None = None, llm: LLM | None = 
     )
 
 
-def demo_agents(*, client_tool_timeout: float | None = None, llm: LLM | None = None) -> list[Agent]:
+def demo_agents(
+    *,
+    client_tool_timeout: float | None = None,
+    llm: LLM | None = None,
+    stream_pause_seconds: float = 0.0,
+) -> list[Agent]:
     """Every demo agent, for ``AgentRuntime(demo_agents())`` and the standalone server.
 
     ``llm`` replaces the scripted model (the server passes the one ``HELIX_LLM`` names).
+    ``stream_pause_seconds``: see ``editor_agent`` (the server streams its replies word by
+    word; tests keep the default, one delta, fast).
     """
-    return [editor_agent(client_tool_timeout=client_tool_timeout, llm=llm)]
+    return [
+        editor_agent(
+            client_tool_timeout=client_tool_timeout,
+            llm=llm,
+            stream_pause_seconds=stream_pause_seconds,
+        )
+    ]

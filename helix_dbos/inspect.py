@@ -30,18 +30,35 @@ __all__ = [
     "inspect_session",
     "adoption_history",
     "list_sessions",
+    "recoveries",
     "render_executors",
     "render_report",
     "render_sessions",
 ]
 
 
+def _utc(value: datetime) -> datetime:
+    # SQLite hands timestamps back without their zone; every stored time is UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).isoformat(timespec="seconds") if value else None
+    return _utc(value).astimezone(UTC).isoformat(timespec="seconds") if value else None
 
 
 def _iso_ms(ms: int | None) -> str | None:
     return _iso(datetime.fromtimestamp(ms / 1000, UTC)) if ms is not None else None
+
+
+def recoveries(w: WorkflowInfo) -> int:
+    """How many times DBOS recovered the workflow: started it again after its first run (a
+    crash, a restart with the turn parked, an adoption by another process).
+
+    DBOS's ``recovery_attempts`` counts every dispatch since the workflow began (or was last
+    resumed), the first run included: a workflow that never crashed reads 1 once it runs
+    (0 while it waits in a queue). The recoveries are the dispatches after the first.
+    """
+    return max(w.recovery_attempts - 1, 0)
 
 
 def _workflow_dump(w: WorkflowInfo) -> dict[str, Any]:
@@ -50,7 +67,8 @@ def _workflow_dump(w: WorkflowInfo) -> dict[str, Any]:
         "status": w.status,
         "executorId": w.executor_id,
         "applicationVersion": w.application_version,
-        "recoveryAttempts": w.recovery_attempts,
+        "recoveries": recoveries(w),
+        "dbosRecoveryAttempts": w.recovery_attempts,
         "createdAt": _iso_ms(w.created_at),
         "updatedAt": _iso_ms(w.updated_at),
     }
@@ -261,7 +279,7 @@ async def inspect_session(
 def _age(at: datetime | None, now: datetime) -> str:
     if at is None:
         return "-"
-    return f"{_span((now - at).total_seconds())} ago"
+    return f"{_span((_utc(now) - _utc(at)).total_seconds())} ago"
 
 
 def _span(seconds: float) -> str:
@@ -361,7 +379,7 @@ def render_report(report: SessionReport) -> str:
     if w is not None:
         out.append(
             f"workflow  {w.workflow_id}  {w.status}  executor={w.executor_id} "
-            f"version={w.application_version} recovery_attempts={w.recovery_attempts} "
+            f"version={w.application_version} recoveries={recoveries(w)} "
             f"updated={_iso_ms(w.updated_at)}"
         )
     else:

@@ -272,6 +272,7 @@ async def test_fail_call_and_interrupt_from_other_processes(
         "status": "accepted",
         "toolCallId": tcid,
         "continuation": answer["continuation"],
+        "liveExecutors": 1,  # this process's runtime: the turn continues now
     }
     view = await runtime.wait(sid, timeout=10)
     assert view["status"] == "completed"

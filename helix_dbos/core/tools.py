@@ -26,7 +26,15 @@ RESERVED_TOOL_NAME_PREFIXES: tuple[str, ...] = (SUBAGENT_PREFIX, "companion__")
 
 Execution = Literal["server", "client", "subagent"]
 ToolFunction = Callable[[Any], Awaitable[Any] | Any]
-"""A server tool body: receives the validated input model, returns JSON or a pydantic model."""
+"""A server tool body, sync or async (docs/server-tools.md).
+
+It receives one argument, an instance of the tool's input model validated from the model's
+arguments, and returns a pydantic model or a JSON value (what the model reads; the output model
+is not checked against it). An exception it raises becomes a failed tool result
+(``tool_execution_failed``, ``"<Type>: <message>"``) that the model reads; it is not retried. It
+runs as a recorded DBOS step: once its result is recorded, a recovered turn never runs it
+again, but a crash while it runs runs it again, so an external side effect needs an
+idempotency key. A sync function runs on the event loop: keep blocking work out of it."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,10 @@ def define_tool(
         description: what the tool does, for the model.
         input_model: pydantic model of the arguments.
         output_model: pydantic model of the result; submitted client results are validated
-            against it.
-        execute: ``"client"`` for a tool the client runs, or the server function.
+            against it (a server function's return value is not).
+        execute: ``"client"`` for a tool the client runs, or the server function
+            (``ToolFunction``: it gets the validated input model, returns a pydantic model or
+            JSON).
         client_tool_timeout: seconds a client or approval call may wait.
         finish_with: the call ends the turn with its output.
         require_approval: a server tool that waits for a human's approval first.

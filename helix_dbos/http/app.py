@@ -6,10 +6,12 @@ the given agents (or the demo agents, on the model ``HELIX_LLM`` names, else the
 one), session tokens when ``HELIX_AUTH_SECRET`` is set, and a refusal to build without
 authentication unless ``allow_unauthenticated=True``. It serves the API documentation from local
 files (``/docs``, ``/redoc``) and, when the runtime serves the demo agent, the demo page at ``/``.
+Credentials in query strings (``?token=``) are masked in uvicorn's access log.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -20,9 +22,10 @@ from fastapi import FastAPI
 from .. import __version__
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
-from ..demo import demo_agents
+from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
 from ..errors import ConfigError
 from ..llm.factory import infer_llm
+from ..observability.logging_config import LOG_LEVEL_ENV, EventFormatter, parse_level
 from ..runtime.runtime import AgentRuntime
 from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
@@ -30,6 +33,7 @@ from .chat import create_chat_router
 from .demo_page import install_demo_page, serves_demo_agent
 from .errors import install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT, limiter_for
+from .openapi import document_session_tokens
 from .router import create_router
 
 __all__ = ["AUTH_SECRET_ENV", "create_app", "lifespan_for"]
@@ -42,24 +46,58 @@ def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextM
     """A FastAPI ``lifespan`` that launches ``runtime`` on startup and shuts it down after.
 
     Use it as ``FastAPI(lifespan=lifespan_for(runtime))``, or enter it from your own
-    lifespan: ``async with lifespan_for(runtime)(app): yield``.
+    lifespan: ``async with lifespan_for(runtime)(app): yield``. When the process has
+    configured no logging that would receive helix-dbos's events (as under a bare
+    ``uvicorn app:app``), they go to stderr, one line each, while the app runs.
     """
 
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        await runtime.launch()
+        undo = _print_events_unless_configured()
         try:
-            yield
+            await runtime.launch()
+            try:
+                yield
+            finally:
+                await runtime.shutdown()
         finally:
-            await runtime.shutdown()
+            undo()
 
     return lifespan
 
 
+def _print_events_unless_configured() -> Callable[[], None]:
+    """Print helix-dbos's events on stderr if nothing else would; returns what undoes it.
+
+    Without a handler on the ``helix_dbos`` logger or above it, Python prints only warnings
+    and errors, and an embedding app would show no event of its turns. An app that configured
+    logging (``logging.basicConfig``, ``dictConfig``, ``configure_logging``) keeps its own:
+    the events go to its handlers, at its levels.
+    """
+    log = logging.getLogger("helix_dbos")
+    if log.hasHandlers():
+        return lambda: None
+    handler = logging.StreamHandler()  # stderr
+    handler.setFormatter(EventFormatter())
+    level = log.level
+    log.addHandler(handler)
+    if level == logging.NOTSET:
+        log.setLevel(parse_level(os.environ.get(LOG_LEVEL_ENV, "").strip() or "info"))
+
+    def undo() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+    return undo
+
+
 def _demo() -> list[Agent]:
-    """The demo agents, on the model ``HELIX_LLM`` names (else the scripted one)."""
+    """The demo agents, on the model ``HELIX_LLM`` names (else the scripted one, whose replies
+    stream word by word so a browser sees them arrive)."""
     spec = os.environ.get("HELIX_LLM", "").strip()
-    return demo_agents(llm=infer_llm(spec) if spec else None)
+    return demo_agents(
+        llm=infer_llm(spec) if spec else None, stream_pause_seconds=SERVED_STREAM_PAUSE_SECONDS
+    )
 
 
 def create_app(
@@ -150,6 +188,9 @@ def create_app(
     )
     install_error_handlers(app)
     install_api_docs(app)
+    if issuer is not None:
+        # /docs gets an Authorize button; without authentication no scheme is declared.
+        document_session_tokens(app)
     if demo_page:
         install_demo_page(app)
     app.include_router(router)

@@ -2,10 +2,11 @@
 
 The hook runs before every route's handler with the request and the operation name
 (``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``,
-and the chat's ``chat-new``, ``chat``, ``chat-stream``). It returns ``True`` or
-``{"ok": True, "principal": ...}`` (accept; ``request_principal(request)`` is the principal),
-``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with ``"ok": False``: a
-custom refusal, e.g. 403). It may be sync or async. Anything else refuses (fail closed).
+the chat's ``chat-new``, ``chat``, ``chat-stream``, and AG-UI's ``agui``, ``agui-tools``). It
+returns ``True`` or ``{"ok": True, "principal": ...}`` (accept; ``request_principal(request)``
+is the principal), ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with
+``"ok": False``: a custom refusal, e.g. 403). It may be sync or async. Anything else refuses
+(fail closed).
 
 Before the hook runs, the router has read and parsed the body: ``request_session_id(request)``
 is the session the request names (body ``sessionId``, query ``sessionId`` or the chat path's
@@ -57,6 +58,8 @@ OPERATIONS = (
     "chat-stream",
     "retry",
     "checkpoints",
+    "agui",
+    "agui-tools",
 )
 #: The operations that create a session: nothing exists yet to bind a token to.
 NEW_SESSION_OPERATIONS = frozenset({"start", "chat-new"})

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
 from ..errors import PayloadTooLargeError, RequestValidationError
-from ..observability.log import log_event
+from ..observability.log import describe_issues, log_event
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -62,7 +62,11 @@ def _invalid(message: str, cause: str, details: Any = None, *, verbose: bool = F
     extra: dict[str, Any] = {"cause": cause}
     if verbose and details is not None:
         extra["details"] = details
-    raise RequestValidationError(message, **extra)
+    error = RequestValidationError(message, **extra)
+    if details:
+        # For the server's log (``server.bad_request``) even when the answer hides them.
+        error.add_note(describe_issues(details))
+    raise error
 
 
 def _is_json(content_type: str) -> bool:

@@ -44,10 +44,18 @@ from ..runtime.submit import Submission
 from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated, run_authenticate
 from .auth import set_request_context as _set_context
 from .body import REQUEST_INVALID_MESSAGE
+from .body_variants import chat_request_variants
 from .errors import HelixRoute, end_on_outage
 from .frames import KEEP_ALIVE
 from .limits import SlidingWindowLimiter, limiter_for
-from .openapi import AUTH_RESPONSES, BODY_RESPONSES, error_response_doc, raw_json_body_doc
+from .openapi import (
+    AUTH_RESPONSES,
+    BODY_RESPONSES,
+    CREATES_SESSION_DOC,
+    error_response_doc,
+    event_stream_doc,
+    raw_json_body_doc,
+)
 from .pipeline import ChatIdPath, RouteContext
 from .schemas import Identifier
 from .sse import (
@@ -57,6 +65,8 @@ from .sse import (
     is_parked,
     unanswered_calls,
 )
+from .stream_points import last_sequence as _last_sequence
+from .stream_points import run_start as _run_start
 from .ui_stream import DONE, UI_MESSAGE_STREAM_HEADERS, UIMessageStream, encode_chunks
 
 __all__ = ["ChatRequest", "ChatSessionResponse", "UIMessage", "create_chat_router"]
@@ -66,7 +76,6 @@ ANSWER_STATES = frozenset({"output-available", "output-error", "approval-respond
 
 #: The end of a stream the store left (mid-stream it cannot be a 503): an error, then done.
 _OUTAGE_TAIL = encode_chunks([{"type": "error", "errorText": STORE_UNAVAILABLE_MESSAGE}]) + DONE
-_PAGE = 1000
 
 
 class UIMessage(BaseModel):
@@ -82,7 +91,10 @@ class UIMessage(BaseModel):
 class ChatRequest(BaseModel):
     """The AI SDK chat transport's body; extra transport fields are accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # The document describes the messages the server acts on (see body_variants.py).
+    model_config = ConfigDict(
+        extra="allow", populate_by_name=True, json_schema_extra=chat_request_variants
+    )
 
     id: Identifier
     """The chat's id: the ROOT session."""
@@ -183,29 +195,6 @@ def user_text(message: UIMessage) -> str:
 def message_id_for(run_id: str) -> str:
     """The assistant message id of a turn: stable across its continuation runs."""
     return f"msg_{run_id.split(':', 1)[0]}"
-
-
-async def _last_sequence(runtime: AgentRuntime, session_id: str) -> int:
-    after = 0
-    while True:
-        batch = await runtime.events(session_id, after, _PAGE)
-        if batch:
-            after = batch[-1].sequence
-        if len(batch) < _PAGE:
-            return after
-
-
-async def _run_start(runtime: AgentRuntime, session_id: str, run_id: str | None) -> int:
-    """The sequence just before the first event of ``run_id`` (0 when none is found)."""
-    after = 0
-    while True:
-        batch = await runtime.events(session_id, after, _PAGE)
-        for item in batch:
-            if item.run_id == run_id:
-                return item.sequence - 1
-        if len(batch) < _PAGE:
-            return 0
-        after = batch[-1].sequence
 
 
 async def ui_message_stream(
@@ -406,11 +395,11 @@ def create_chat_router(
         token_issuer,
     )
     router = APIRouter(route_class=HelixRoute)
-    stream_doc = {
-        "description": "A Vercel AI SDK UI message stream (`data: <chunk JSON>`, then "
-        "`data: [DONE]`).",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
+    stream_doc = event_stream_doc(
+        "A Vercel AI SDK UI message stream (`data: <chunk JSON>`, then `data: [DONE]`).",
+        "A UI message chunk (JSON), or `[DONE]` at the end.",
+        json_data=False,
+    )
 
     @router.post(
         "/chat/sessions",
@@ -420,6 +409,7 @@ def create_chat_router(
         "Send `id` as the chat's id and `token` as `Authorization: Bearer` on `/chat`.",
         response_model=ChatSessionResponse,
         responses=AUTH_RESPONSES,
+        openapi_extra=CREATES_SESSION_DOC,
     )
     async def new_chat(request: Request) -> Response:
         return await chat.new_session(request)
@@ -440,8 +430,8 @@ def create_chat_router(
             ),
             404: error_response_doc("`framework_agent_not_found` or `state_not_found`."),
             409: error_response_doc(
-                "`state_already_running` (retryable): a new message while a turn runs or "
-                "waits; or `state_run_superseded`."
+                "`state_already_running`: a new message while a turn runs (retryable) or "
+                "waits on calls (not retryable); or `state_run_superseded`."
             ),
             429: error_response_doc(
                 "`rate_limited` (retryable, `Retry-After`): too many tool answers."

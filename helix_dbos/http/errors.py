@@ -11,6 +11,10 @@ serialization failure; see ``store.faults``) is not a bug: it answers 503 ``stor
 with ``retryable: true`` and a ``Retry-After`` header, so a client retries the same request.
 Its driver text (which can hold SQL and parameters) is never in the body; the log gets the
 exception's type and SQLSTATE only.
+
+Every 400 answer logs its cause as one ``server.bad_request`` line (INFO): the method, the path,
+the code, the message, the ``cause`` and where and why validation failed; never the request
+body or a submitted value, so the log says why even when the answer is the fixed message.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import HelixError, StoreUnavailableError
-from ..observability.log import log_event, logger
+from ..observability.log import describe_issues, log_event, logger
 from ..store.faults import is_transient
 from .body import REQUEST_INVALID_MESSAGE
 
@@ -98,6 +102,38 @@ async def end_on_outage(body: AsyncIterator[bytes], tail: bytes) -> AsyncIterato
         yield tail
 
 
+def _log_bad_request(request: Request, code: str, error: str, **fields: Any) -> None:
+    """One ``server.bad_request`` line: what was refused and why (no body, no values)."""
+    log_event(
+        "server.bad_request",
+        method=request.method,
+        path=request.url.path,
+        code=code,
+        error=error,
+        **{k: v for k, v in fields.items() if v},
+    )
+
+
+def _answer(request: Request, exc: HelixError) -> JSONResponse:
+    """``error_response(exc)``, and the cause of a 400 in the log."""
+    response = error_response(exc)
+    if response.status_code == 400:
+        # The findings: InvalidResultError keeps pydantic's issues; a body that failed its
+        # schema carries them as the exception's notes (the answer may not show them).
+        issues = getattr(exc, "issues", None)
+        found = describe_issues(issues) if isinstance(issues, list) and issues else None
+        notes = "; ".join(getattr(exc, "__notes__", ()))
+        _log_bad_request(
+            request,
+            str(exc.code),
+            exc.message,
+            cause=exc.details.get("cause"),
+            toolCallId=exc.details.get("toolCallId"),
+            issues=found or notes,
+        )
+    return response
+
+
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     if is_transient(exc):
         return error_response(store_unavailable(request, exc))
@@ -111,7 +147,14 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(dict(_INTERNAL), status_code=500)
 
 
-def _query_invalid() -> JSONResponse:
+def _query_invalid(request: Request, exc: FastAPIValidationError) -> JSONResponse:
+    _log_bad_request(
+        request,
+        "validation_error",
+        REQUEST_INVALID_MESSAGE,
+        cause="query",
+        issues=describe_issues(exc.errors()),
+    )
     body = {
         "error": REQUEST_INVALID_MESSAGE,
         "code": "validation_error",
@@ -131,9 +174,9 @@ class HelixRoute(APIRoute):
             try:
                 return await handler(request)
             except HelixError as exc:
-                return error_response(exc)
-            except FastAPIValidationError:
-                return _query_invalid()
+                return _answer(request, exc)
+            except FastAPIValidationError as exc:
+                return _query_invalid(request, exc)
             except Exception as exc:
                 # A bug, not bad input: answered typed, logged with its traceback.
                 return _unexpected(request, exc)
@@ -152,12 +195,14 @@ def install_error_handlers(app: FastAPI) -> None:
     ``method_not_allowed``, else ``http_error``).
     """
 
-    async def helix_error(_request: Request, exc: Exception) -> Response:
+    async def helix_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HelixError)
-        return error_response(exc)
+        return _answer(request, exc)
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400:
+            _log_bad_request(request, "http_error", str(exc.detail))
         body = {
             "error": str(exc.detail),
             "code": _HTTP_CODES.get(exc.status_code, "http_error"),

@@ -134,7 +134,9 @@ class RouteContext:
             details: dict[str, Any] = {"cause": "json"}
             if self.verbose:
                 details["details"] = parse_error
-            raise RequestValidationError(message, **details)
+            invalid = RequestValidationError(message, **details)
+            invalid.add_note(parse_error)  # the server's log says why (server.bad_request)
+            raise invalid
         return _validate(model, parsed, message=message, verbose=self.verbose)
 
     async def query(self, request: Request, operation: str, session_id: str) -> None:
@@ -192,4 +194,6 @@ class RouteContext:
             extra: dict[str, Any] = {"cause": "submit"}
             if self.verbose:
                 extra["details"] = exc.message
-            raise RequestValidationError(message, **extra) from None
+            refused = RequestValidationError(message, **extra)
+            refused.add_note(exc.message)  # the server's log says which rule failed
+            raise refused from None

@@ -3,7 +3,8 @@
 Each handler goes through the shared request pipeline (``pipeline.py``: guard, read and parse
 the body, authenticate, validate, rate-limit submits), calls one runtime method and answers a
 typed body; there is no business logic here. Every refusal is ``{error, code, retryable,
-...}`` with the error's status (see ``errors.py``).
+...}`` with the error's status (see ``errors.py``). The AG-UI endpoint (``agui.py``) is
+included over the same runtime, hook and rate limit.
 """
 
 from __future__ import annotations
@@ -16,13 +17,24 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import VALIDATION_ERROR_MESSAGE, RequestValidationError
 from ..observability.log import set_service_name
+from ..observability.logging_config import install_query_secret_filter
 from ..runtime.runtime import AgentRuntime
+from .agui import create_agui_router
 from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated
 from .body import REQUEST_INVALID_MESSAGE
 from .errors import HelixRoute
 from .frames import SSE_HEADERS
 from .limits import SlidingWindowLimiter, limiter_for
-from .openapi import BODY_RESPONSES, QUERY_RESPONSES, error_response_doc, raw_json_body_doc
+from .openapi import (
+    BODY_RESPONSES,
+    CREATES_SESSION_DOC,
+    IDENTIFIER_PATH_DOC,
+    LAST_EVENT_ID_DOC,
+    QUERY_RESPONSES,
+    error_response_doc,
+    event_stream_doc,
+    raw_json_body_doc,
+)
 from .pipeline import RouteContext, SessionIdQuery, identifier
 from .schemas import (
     ChatSubmitToolResultRequest,
@@ -92,6 +104,14 @@ def _after(last_event_id: str | None, from_sequence: int | None) -> int:
     return 0
 
 
+def _auth_mode(authenticate: AuthHook | None, token_issuer: TokenIssuer | None) -> str:
+    """``session_tokens`` (the hook verifies tokens that ``/start`` issues), ``custom`` (the
+    app's own hook) or ``unauthenticated``."""
+    if authenticate is None:
+        return "unauthenticated"
+    return "session_tokens" if token_issuer is not None else "custom"
+
+
 def create_router(
     runtime: AgentRuntime,
     *,
@@ -132,6 +152,11 @@ def create_router(
     )
     if service_name:
         set_service_name(service_name)
+    # The runtime's startup line says how this server authenticates.
+    runtime.startup_fields["auth"] = _auth_mode(authenticate, token_issuer)
+    # A browser's event stream sends its token as ?token=: keep it out of uvicorn's access
+    # log, however the app configures logging.
+    install_query_secret_filter()
     api = RouteContext(
         runtime, authenticate, verbose_validation_errors, limiter_for(rate_limit_per_minute)
     )
@@ -146,10 +171,12 @@ def create_router(
             **BODY_RESPONSES,
             404: error_response_doc("`framework_agent_not_found`: no such agent type."),
             409: error_response_doc(
-                "`state_already_running` (retryable): the session has a turn running or parked."
+                "`state_already_running`: the session has a turn running (retryable) or "
+                "parked (not retryable: `waitingFor` and `awaitedToolCallIds` name the calls "
+                "to answer, interrupt or abandon first)."
             ),
         },
-        openapi_extra=raw_json_body_doc(StartRequest),
+        openapi_extra={**raw_json_body_doc(StartRequest), **CREATES_SESSION_DOC},
     )
     async def start(request: Request) -> Response:
         body = await api.body(request, StartRequest, "start")
@@ -227,10 +254,7 @@ def create_router(
         "first sequence wanted). The stream ends when the turn ends or parks.",
         response_class=StreamingResponse,
         responses={
-            200: {
-                "description": "An event stream.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            },
+            200: event_stream_doc("An event stream.", "One session event (JSON)."),
             **QUERY_RESPONSES,
         },
     )
@@ -240,7 +264,9 @@ def create_router(
         from_sequence: Annotated[
             int | None, Query(alias="fromSequence", ge=0, le=MAX_SEQUENCE)
         ] = None,
-        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+        last_event_id: Annotated[
+            str | None, Header(alias="Last-Event-ID"), LAST_EVENT_ID_DOC
+        ] = None,
     ) -> Response:
         await api.query(request, "sse", session_id)
         after = _after(last_event_id, from_sequence)
@@ -342,7 +368,11 @@ def create_router(
         responses=submit_responses,
         openapi_extra=raw_json_body_doc(ChatSubmitToolResultRequest),
     )
-    async def chat_submit_tool_result(request: Request, chat_id: str) -> Response:
+    async def chat_submit_tool_result(
+        request: Request, chat_id: Annotated[str, IDENTIFIER_PATH_DOC]
+    ) -> Response:
         return await _submit(api, request, chat_id)
 
+    # AG-UI 1.0 (POST /agui/{agentType}): the same runtime, hook and rate limit.
+    router.include_router(create_agui_router(api))
     return router

@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..runtime.submit import MISSING, Submission
+from .body_variants import (
+    NO_NUL_PATTERN,
+    chat_submit_variants,
+    resume_variants,
+    submit_variants,
+)
 
 __all__ = [
     "CheckpointView",
@@ -32,6 +38,7 @@ __all__ = [
     "SubmitAnswerBody",
     "SubmitContinuationBody",
     "SubmitToolResultRequest",
+    "Text",
     "TurnResponse",
     "UnknownToolCallBody",
 ]
@@ -45,11 +52,19 @@ Identifier = Annotated[
     StringConstraints(min_length=1, max_length=IDENTIFIER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN),
 ]
 """A session, tool-call, approval or agent id."""
+Text = Annotated[str, StringConstraints(pattern=NO_NUL_PATTERN)]
+"""Free text (a message, a reason): any string without a NUL character, which the store cannot
+keep (the body parser refuses one anywhere in a body; the document says so on each field)."""
 
 
 class _Request(BaseModel):
+    # use_attribute_docstrings: the field docstrings describe the fields in /docs too.
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=False, extra="forbid", strict=True
+        alias_generator=to_camel,
+        populate_by_name=False,
+        extra="forbid",
+        strict=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -65,7 +80,7 @@ class StartRequest(_Request):
 
     agent_type: Identifier
     """The registered agent to run."""
-    message: str
+    message: Text
     """The user's message."""
     session_id: Identifier | None = None
     """An existing session to continue; omitted, the server makes a new id."""
@@ -74,11 +89,14 @@ class StartRequest(_Request):
 class ResumeRequest(_Request):
     """``POST /resume``: continue a parked session, or deliver a new message over it."""
 
+    # The document describes one arm per mode (what the validator below enforces).
+    model_config = ConfigDict(json_schema_extra=resume_variants)
+
     session_id: Identifier
     mode: Literal["continue", "with_message", "from_checkpoint"] = "continue"
     """``continue`` adopts the continuation of a complete batch; ``with_message`` sends
     ``message`` as the next user message; ``from_checkpoint`` rewinds to ``checkpointId``."""
-    message: str | None = None
+    message: Text | None = None
     """Required with ``with_message``; refused with ``continue``."""
     abandon_pending: bool = False
     """With ``with_message``: answer every unanswered call ``client_tool_abandoned``."""
@@ -102,7 +120,7 @@ class RetryRequest(_Request):
     """``POST /retry``: re-run a failed or interrupted turn (rules: docs/lifecycle.md)."""
 
     session_id: Identifier
-    message: str | None = None
+    message: Text | None = None
     """Needed when the failed run committed steps; replaces its input otherwise."""
     checkpoint_id: Identifier | None = None
     """Retry from this checkpoint: the conversation as it was there, then the input after it."""
@@ -133,7 +151,7 @@ class ControlRequest(_Request):
     """``POST /interrupt`` and ``POST /abort``."""
 
     session_id: Identifier
-    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    reason: Annotated[str, StringConstraints(max_length=2000, pattern=NO_NUL_PATTERN)] | None = None
     """For an abort: recorded in the session's error (``framework_cancelled``)."""
 
 
@@ -147,15 +165,18 @@ class SubmitToolResultRequest(_Request):
     (the arguments the human was shown; the approval is refused if they are not the call's).
     """
 
+    # The document describes one arm per kind (what the validator below enforces).
+    model_config = ConfigDict(json_schema_extra=submit_variants)
+
     kind: Literal["client-tool-result", "approval-response"] = "client-tool-result"
     session_id: Identifier
     """The ROOT session (a sub-agent's call is routed to its owner)."""
     tool_call_id: Identifier
     result: Any = None
-    error: str | None = None
+    error: Text | None = None
     approval_id: Identifier | None = None
     approved: bool | None = None
-    reason: str | None = None
+    reason: Text | None = None
     edited_input: dict[str, Any] | None = None
     input: dict[str, Any] | None = None
 
@@ -204,6 +225,8 @@ class SubmitToolResultRequest(_Request):
 
 class ChatSubmitToolResultRequest(SubmitToolResultRequest):
     """``POST /chat/{id}/submit-tool-result``: the session is the path's ``id``."""
+
+    model_config = ConfigDict(json_schema_extra=chat_submit_variants)
 
     session_id: Identifier | None = None  # type: ignore[assignment]
     """Optional here; when given it must equal the path's id."""
@@ -266,6 +289,9 @@ class StatusResponse(_Response):
     ]
     run_id: str | None
     pending_tool_calls: list[PendingToolCallView]
+    waiting_for: list[Literal["approval", "client_tool"]]
+    """What the unanswered calls wait for: a human's ``approval``, the client running a
+    ``client_tool``, or both (in that order); ``[]`` when no call waits for an answer."""
     error: dict[str, Any] | None = None
 
 

@@ -86,11 +86,13 @@ async def event_stream(
 ) -> AsyncIterator[bytes]:
     """Yield the session's events after sequence ``after`` until the turn ends or parks.
 
-    With ``resend_pending`` (a reconnect), a ``pending`` frame without an id first lists the
-    calls the session still waits on, so a client that missed their ``tool_start`` /
-    ``tool_approval_request`` can answer them. ``view``: the session's status view, read
-    just before (the route reads it for its 404); it serves the pending frame and the first
-    read's end check, so attaching costs one status read and one events read.
+    With ``resend_pending`` (a reconnect), a ``pending`` frame without an id lists the calls
+    the session still waits on, so a client that missed their ``tool_start`` /
+    ``tool_approval_request`` can answer them. It comes once the stream has replayed the
+    events stored when it attached, never before them: a client shows a call after the
+    message that led to it. ``view``: the session's status view, read just before (the route
+    reads it for its 404); it serves the pending frame and the first read's end check, so
+    attaching costs one status read and one events read.
     """
     body = _event_frames(runtime, session_id, after, resend_pending, poll_seconds, view)
     async for chunk in end_on_outage(body, _OUTAGE_TAIL):
@@ -105,21 +107,61 @@ async def _event_frames(
     poll_seconds: float,
     view: dict[str, Any] | None,
 ) -> AsyncIterator[bytes]:
+    pending: _Pending | None = None
     if resend_pending:
         if view is None:
             view = await runtime.status(session_id)
-        waiting = unanswered_calls(view)
-        if waiting and view["status"] not in ENDED_STATUSES:
-            yield frame(
-                {
-                    "type": "pending",
-                    "sessionId": session_id,
-                    "runId": view["runId"],
-                    "data": {"toolCalls": waiting},
-                }
-            )
-    async for item in follow_events(runtime, session_id, after, poll_seconds, view=view):
-        yield KEEP_ALIVE if item is None else frame(item.dump(), item.sequence)
+        pending = _Pending(session_id, view)
+    async with runtime.signals.subscribe(session_id) as signal:
+        follow = _follow(runtime, session_id, after, poll_seconds, signal, view, caught_up=True)
+        async for item in follow:
+            if item is _CAUGHT_UP:
+                if pending is not None and pending.calls:
+                    yield pending.frame()
+                pending = None
+            elif item is None:
+                yield KEEP_ALIVE
+            elif isinstance(item, SessionEvent):
+                if pending is not None:
+                    pending.saw(item)
+                yield frame(item.dump(), item.sequence)
+
+
+class _Pending:
+    """The ``pending`` frame of a reconnect: the calls the attach-time status view lists as
+    waiting, less those the replay has since shown closed (their ``tool_end``, or the
+    ``turn_end`` of their turn)."""
+
+    def __init__(self, session_id: str, view: dict[str, Any]) -> None:
+        self._session_id = session_id
+        self._run_id = view["runId"]
+        waiting = view["status"] not in ENDED_STATUSES
+        self.calls = unanswered_calls(view) if waiting else []
+
+    def saw(self, item: SessionEvent) -> None:
+        """Drop the calls ``item``, a replayed event, closes."""
+        if item.type == "turn_end":
+            self.calls = []
+        elif item.type == "tool_end":
+            closed = item.data.get("toolCallId")
+            self.calls = [c for c in self.calls if c["toolCallId"] != closed]
+
+    def frame(self) -> bytes:
+        return frame(
+            {
+                "type": "pending",
+                "sessionId": self._session_id,
+                "runId": self._run_id,
+                "data": {"toolCalls": self.calls},
+            }
+        )
+
+
+class _CaughtUp:
+    """The marker ``_follow`` yields once it has sent every event stored when it attached."""
+
+
+_CAUGHT_UP = _CaughtUp()
 
 
 async def follow_events(
@@ -139,7 +181,8 @@ async def follow_events(
     """
     async with runtime.signals.subscribe(session_id) as signal:
         async for item in _follow(runtime, session_id, after, poll_seconds, signal, view):
-            yield item
+            if not isinstance(item, _CaughtUp):
+                yield item
 
 
 async def _follow(
@@ -149,7 +192,11 @@ async def _follow(
     poll_seconds: float,
     signal: asyncio.Event | None,
     view: dict[str, Any] | None,
-) -> AsyncIterator[SessionEvent | None]:
+    *,
+    caught_up: bool = False,
+) -> AsyncIterator[SessionEvent | None | _CaughtUp]:
+    """The loop of ``follow_events``; with ``caught_up``, it yields ``_CAUGHT_UP`` once, at its
+    first read that finds nothing new (before it ends or waits)."""
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
     outage_since: float | None = None
@@ -178,6 +225,9 @@ async def _follow(
             continue
         outage_since, failures, view = None, 0, None
         if not batch:
+            if caught_up:
+                caught_up = False
+                yield _CAUGHT_UP
             if done:
                 return
             if signal is not None:

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..core.llm import LLMRequest, LLMResponse, TextSink, Usage
 from ..core.messages import Message, ToolCall
+from ..errors import ConfigError
 
-__all__ = ["Script", "ScriptedLLM", "call", "reply"]
+__all__ = ["Script", "ScriptedLLM", "call", "reply", "word_chunks"]
 
 Script = Callable[[LLMRequest], LLMResponse]
+
+# A word and the whitespace after it, or whitespace alone (at the start of the text).
+_WORD = re.compile(r"\S+\s*|\s+")
+
+
+def word_chunks(text: str) -> list[str]:
+    """``text`` cut into words, each with the whitespace after it; joined, they are ``text``."""
+    return _WORD.findall(text)
 
 
 def reply(text: str) -> LLMResponse:
@@ -55,6 +65,14 @@ class ScriptedLLM:
             latency (fault tests use it to stop or crash a server mid model call).
         keep_requests: how many of the latest requests to keep in ``requests`` (a demo
             server runs for ever: it must not keep every conversation it was sent).
+        stream_pause_seconds: how the reply's text streams to the ``on_text`` sink. ``0``
+            (the default, fast for tests): as one delta. Above ``0``: word by word
+            (``word_chunks``), this long apart, as a real model streams. The runtime
+            coalesces deltas (``helix_dbos.runtime.deltas.FLUSH_SECONDS``, 0.05 s), so a
+            pause longer than that makes each word its own ``text_delta`` event.
+
+    Raises:
+        ConfigError: a negative ``stream_pause_seconds``.
 
     Attributes:
         requests: the latest requests received, oldest first.
@@ -66,10 +84,16 @@ class ScriptedLLM:
         name: str = "scripted",
         delay_seconds: float = 0.0,
         keep_requests: int = 1000,
+        stream_pause_seconds: float = 0.0,
     ) -> None:
+        if stream_pause_seconds < 0:
+            raise ConfigError(
+                f"ScriptedLLM: stream_pause_seconds must be >= 0, not {stream_pause_seconds}"
+            )
         self.name = name
         self._script = script
         self.delay_seconds = delay_seconds
+        self.stream_pause_seconds = stream_pause_seconds
         self.requests: deque[LLMRequest] = deque(maxlen=keep_requests)
         self._calls = 0
 
@@ -79,7 +103,7 @@ class ScriptedLLM:
         return self._calls
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
-        """Answer from the script; stream the text as one delta."""
+        """Answer from the script; stream its text (see ``stream_pause_seconds``)."""
         self._calls += 1
         if self.requests.maxlen != 0:  # a copy only to keep (one per call was a real cost)
             self.requests.append(request.model_copy(deep=True))
@@ -87,8 +111,17 @@ class ScriptedLLM:
             await asyncio.sleep(self.delay_seconds)
         response = self._script(request)
         if on_text is not None and response.text:
-            await on_text(response.text)
+            await self._stream(response.text, on_text)
         return response
+
+    async def _stream(self, text: str, on_text: TextSink) -> None:
+        if self.stream_pause_seconds <= 0:
+            await on_text(text)
+            return
+        for i, chunk in enumerate(word_chunks(text)):
+            if i:
+                await asyncio.sleep(self.stream_pause_seconds)
+            await on_text(chunk)
 
 
 def last_message(request: LLMRequest) -> Message | None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
     "EVENT_LEVELS",
+    "describe_issues",
     "logger",
     "log_event",
     "reset_event_levels",
@@ -59,6 +61,8 @@ EVENT_LEVELS: dict[str, int] = {
     "fleet.sweep_failed": logging.ERROR,
     "events.listener_lost": logging.WARNING,
     "server.store_unavailable": logging.WARNING,
+    "server.bad_request": logging.INFO,
+    "runtime.started": logging.INFO,
 }
 
 _overrides: list[tuple[str, int]] = []
@@ -110,3 +114,15 @@ _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) 
 def _flat(fields: dict[str, Any]) -> dict[str, Any]:
     # Flattened copies for formatters that read record attributes; reserved names are skipped.
     return {k: v for k, v in fields.items() if k not in _RESERVED and k not in ("event", "fields")}
+
+
+def describe_issues(issues: Iterable[Mapping[str, Any]], limit: int = 5) -> str:
+    """Validation issues (pydantic's ``errors()``) as one short text for a log line:
+    ``where: why`` each, ``; ``-separated. Never the submitted value: only ``loc`` and
+    ``msg`` are read (a value is the caller's data and may be large or private)."""
+    parts = []
+    for issue in issues:
+        loc = ".".join(str(p) for p in issue.get("loc", ())) or "(body)"
+        parts.append(f"{loc}: {issue.get('msg', 'invalid')}")
+    more = len(parts) - limit
+    return "; ".join(parts[:limit]) + (f"; and {more} more" if more > 0 else "")

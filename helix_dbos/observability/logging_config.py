@@ -11,6 +11,10 @@ The library itself never configures logging; an application that embeds it keeps
 ``HELIX_LOG_LEVEL`` (case-insensitive; default ``info``) sets the level of helix-dbos's events:
 ``debug`` shows ``client_tool.suspended`` and ``client_tool.submitted``. ``DBOS_LOG_LEVEL``
 sets DBOS's own logger separately (default ``warning``, via ``HelixSettings``).
+
+Credentials in a request's query string never reach the access log: ``QuerySecretFilter``
+(installed by ``configure_logging`` and by ``create_app`` on ``uvicorn.access``) writes
+``token=***`` for the session token a browser's stream passes as ``?token=``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -29,8 +34,11 @@ __all__ = [
     "LOG_LEVEL_ENV",
     "EventFormatter",
     "JsonEventFormatter",
+    "QuerySecretFilter",
     "StoppedTurnFilter",
     "configure_logging",
+    "install_query_secret_filter",
+    "mask_query_secrets",
     "parse_level",
 ]
 
@@ -69,6 +77,56 @@ class StoppedTurnFilter(logging.Filter):
         record.msg, record.args = f"{record.getMessage()} {exc}", None
         record.exc_info, record.exc_text = None, None
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+#: Query parameters whose value is a credential, by name (any case, any prefix: access_token).
+_SECRET_NAME = re.compile(
+    r"token|secret|passw|api[-_]?key|signature|^auth(orization)?$|^sig$", re.IGNORECASE
+)
+#: A value shaped like a signed token: a session token (``payload.signature``) or a JWT.
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}(\.[A-Za-z0-9_-]+)?")
+#: One ``name=value`` of a query string (``value`` up to the next ``&``, space or ``#``).
+_QUERY_PARAM = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&\s#]+)=(?P<value>[^&\s#]*)")
+MASK = "***"
+
+
+def mask_query_secrets(text: str) -> str:
+    """``text`` with every credential in a query string replaced by ``***``: a parameter
+    named like one (``token``, ``access_token``, ``api_key``, ``password``, ...) or whose
+    value has a signed token's shape, under any name."""
+
+    def mask(match: re.Match[str]) -> str:
+        name, value = match["name"], match["value"]
+        if not value or not (_SECRET_NAME.search(name) or _TOKEN_SHAPE.fullmatch(value)):
+            return match[0]
+        return f"{match['sep']}{name}={MASK}"
+
+    return _QUERY_PARAM.sub(mask, text) if "=" in text else text
+
+
+class QuerySecretFilter(logging.Filter):
+    """Masks credentials in the query strings of a record's arguments (uvicorn's access log
+    passes the path with its query as one argument) and of its message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                mask_query_secrets(a) if isinstance(a, str) else a for a in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = mask_query_secrets(record.msg)
+        return True
+
+
+_ACCESS_LOGGER = "uvicorn.access"
+
+
+def install_query_secret_filter(logger_name: str = _ACCESS_LOGGER) -> None:
+    """Add one ``QuerySecretFilter`` to ``logger_name`` (uvicorn's access log), whatever
+    handlers an app configures; calling it again adds none."""
+    log = logging.getLogger(logger_name)
+    if not any(isinstance(f, QuerySecretFilter) for f in log.filters):
+        log.addFilter(QuerySecretFilter())
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -186,6 +244,9 @@ def configure_logging(
     handler.name = _HANDLER_NAME
     handler.setFormatter(JsonEventFormatter() if fmt == "json" else EventFormatter())
     handler.addFilter(StoppedTurnFilter())
+    # On the logger, not the handler: records of uvicorn.access are masked before any handler
+    # (ours or an app's) sees them.
+    install_query_secret_filter()
     for name in _LOGGERS:
         log = logging.getLogger(name)
         for old in [h for h in log.handlers if h.name == _HANDLER_NAME]:

@@ -2,10 +2,16 @@
 
 A turn's entry is committed before its workflow starts (for a root turn) or inside a
 exactly-once step of the parent (for a sub-agent), so the workflow itself only runs steps.
+
+A session whose turn is running or parked refuses the claim (``busy_error``). A parked turn
+ends only when someone acts (an answer, an interrupt, a message that abandons its calls), so
+that refusal is NOT retryable and says what would end the wait; a running turn ends on its
+own, so retrying is right. ``waiting_for`` is the same distinction in the status view.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -14,7 +20,7 @@ from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
-from ..core.session import SessionState
+from ..core.session import CallKind, PendingCall, SessionState
 from ..errors import AgentAlreadyRunningError, SessionNotFoundError
 from ..store.store import NoChange, Prior, SessionStore, guard
 from . import names
@@ -25,13 +31,70 @@ from .records import STASH_KEY, ChildStarted, FencedResult
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "WAIT_KINDS",
+    "busy_error",
     "entry_messages",
     "open_turn",
     "start_child_session",
     "unpaired_tool_calls",
+    "waiting_for",
 ]
 
 ACTIVE_STATUSES = frozenset({"running", "suspended_client_tool"})
+
+#: ``waitingFor``'s values, by the kind of a pending call, in the order they are listed.
+WAIT_KINDS: dict[CallKind, str] = {"approval": "approval", "client": "client_tool"}
+
+
+def waiting_for(kinds: Iterable[str]) -> list[str]:
+    """``waitingFor``: the kinds of the unanswered calls (``approval``, ``client_tool``),
+    each once, in that order; ``[]`` when no call waits for an answer."""
+    seen = set(kinds)
+    return [WAIT_KINDS[k] for k in ("approval", "client") if k in seen]
+
+
+def _describe(call: PendingCall) -> str:
+    what = "an approval of" if call.kind == "approval" else "the client tool"
+    return f"{what} {call.tool_name} (call {call.tool_call_id})"
+
+
+def busy_error(state: SessionState) -> AgentAlreadyRunningError:
+    """The refusal of a new entry on ``state``, a session whose turn is running or parked:
+    not retryable while a call (its own, or a sub-agent's) waits for an answer."""
+    sid = state.session_id
+    awaited = sorted(
+        (p for p in state.pending.values() if p.submitted_at is None), key=lambda p: p.index
+    )
+    if awaited:
+        return AgentAlreadyRunningError(
+            f"Session {sid!r} is waiting for "
+            + " and ".join(_describe(p) for p in awaited)
+            + f"; answer {'it' if len(awaited) == 1 else 'them'} (submit-tool-result), "
+            "interrupt the session, or deliver the message over the calls with resume "
+            "(with_message, abandonPending)",
+            retryable=False,
+            sessionId=sid,
+            runId=state.run_id,
+            waitingFor=waiting_for(p.kind for p in awaited),
+            awaitedToolCallIds=[p.tool_call_id for p in awaited],
+        )
+    children = {tcid: owner for tcid, owner in state.ownership.items() if owner != sid}
+    if children:
+        listed = ", ".join(f"{tcid} of {owner}" for tcid, owner in sorted(children.items()))
+        return AgentAlreadyRunningError(
+            f"Session {sid!r} is waiting for calls of its sub-agents ({listed}); answer "
+            "them (submit-tool-result on this session) or interrupt the session",
+            retryable=False,
+            sessionId=sid,
+            runId=state.run_id,
+            awaitedToolCallIds=sorted(children),
+        )
+    doing = "continuing (its calls are answered)" if state.pending else "running"
+    return AgentAlreadyRunningError(
+        f"Session {sid!r} has a turn {doing}; start again once it ends, or interrupt it",
+        sessionId=sid,
+        runId=state.run_id,
+    )
 
 
 def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
@@ -77,7 +140,8 @@ async def open_turn(
     fails the insert with ``IntegrityError``).
 
     Raises:
-        AgentAlreadyRunningError: a turn of the session is running or parked.
+        AgentAlreadyRunningError: a turn of the session is running (retryable) or parked
+            (not retryable: ``busy_error`` names what it waits for).
     """
     workflow_id = workflow_id or names.turn_workflow_id(session_id, turn_id)
     existing = None
@@ -111,11 +175,7 @@ async def open_turn(
         def claim(states: dict[str, SessionState]) -> None:
             s = states[session_id]
             if s.status in ACTIVE_STATUSES:
-                raise AgentAlreadyRunningError(
-                    f"Session {session_id!r} already has a turn {s.status}",
-                    sessionId=session_id,
-                    runId=s.run_id,
-                )
+                raise busy_error(s)  # says what the turn waits for, and whether to retry
             s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
             s.metadata.pop(STASH_KEY, None)
 

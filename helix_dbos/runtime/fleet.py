@@ -103,10 +103,10 @@ class ExecutorInfo:
     """PENDING turn workflows it owns."""
 
     def dump(self) -> dict[str, Any]:
-        """The JSON form."""
+        """The JSON form: times in UTC with their offset, one format on both backends."""
 
         def iso(t: datetime | None) -> str | None:
-            return t.isoformat() if t is not None else None
+            return _as_utc(t).astimezone(UTC).isoformat(timespec="microseconds") if t else None
 
         return {
             "executorId": self.executor_id,
@@ -185,7 +185,10 @@ async def list_executors(
         waiting = pending.get(r["executor_id"], 0)
         if not include_gone and state in ("stopped", "adopted") and not waiting:
             continue
-        out.append(ExecutorInfo(**{k: r[k] for k in r}, state=state, pending=waiting))
+        fields: dict[str, Any] = {
+            k: _as_utc(v) if isinstance(v, datetime) else v for k, v in r.items()
+        }
+        out.append(ExecutorInfo(**fields, state=state, pending=waiting))
     order = {"live": 0, "dead": 1, "stopped": 2, "adopted": 3}
     out.sort(key=lambda e: (order[e.state], e.executor_id))
     return out
@@ -389,6 +392,7 @@ class Fleet:
         self._stranded_reported: dict[str, int] = {}
         self._live: dict[str, str] = {}
         self._lock = asyncio.Lock()
+        self._first_sweep: asyncio.Future[int | None] | None = None
 
     @property
     def dialect(self) -> str:
@@ -439,7 +443,23 @@ class Fleet:
 
     def start(self) -> None:
         """Start heartbeating and sweeping (after DBOS is launched)."""
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="helix-fleet")
+        loop = asyncio.get_running_loop()
+        self._first_sweep = loop.create_future()
+        self._task = loop.create_task(self._loop(), name="helix-fleet")
+
+    async def first_sweep(self, timeout: float) -> int | None:
+        """How many dead executors' turns the first sweep after ``start`` adopted; ``None``
+        when it failed or did not end within ``timeout`` seconds (what it adopts later is
+        logged as ``fleet.adopted`` all the same)."""
+        if self._first_sweep is None:
+            return None
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(self._first_sweep), timeout)
+        return None
+
+    def _swept(self, adopted: int | None) -> None:
+        if self._first_sweep is not None and not self._first_sweep.done():
+            self._first_sweep.set_result(adopted)
 
     async def pause(self) -> None:
         """Stop heartbeating and sweeping (at shutdown, before DBOS is destroyed): a process
@@ -471,10 +491,11 @@ class Fleet:
         while not self._stopping.is_set():
             try:
                 await self.heartbeat()
-                await self.sweep()
+                self._swept(len(await self.sweep()))  # the launch reports the first one
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the next beat tries again; a database blip is not fatal
+                self._swept(None)
                 log_event("fleet.sweep_failed", executorId=self.me, error=f"{exc!r}"[:500])
             # Jitter: processes started together do not sweep in lockstep.
             with contextlib.suppress(TimeoutError):

@@ -3,7 +3,8 @@
 Revision 0007's trigger on ``__agents_events`` sends ``NOTIFY __agents_events, '<session>'``
 when a session's events commit (NOTIFY is delivered at commit, never before), from whichever
 process wrote them. Each process keeps ONE listening connection, opened by the first stream
-that subscribes, and sets the ``asyncio.Event`` of every stream of that session. An idle open
+that subscribes, and sets the ``asyncio.Event`` of every stream of that session and of the
+sessions above it (a sub-agent's events wake its root's streams). An idle open
 stream therefore costs no query at all; a stream on process B of a turn running on A wakes
 within one NOTIFY round trip. A stream of a turn running in its own process is woken by the
 commit itself (``wake``, through ``SessionStore.on_events``), without waiting for the NOTIFY.
@@ -27,6 +28,19 @@ __all__ = ["EventSignals"]
 
 #: How long a subscriber waits for the listener's first LISTEN before it falls back to polling.
 CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def _with_ancestors(session_id: str) -> list[str]:
+    """``session_id`` and the sessions it may be a sub-agent of.
+
+    A sub-agent's session id is its parent's, a dot and the call's id
+    (``names.child_session_id``), so each prefix before a dot. A root's stream must wake when
+    a sub-agent's events commit: a sub-agent that parks changes what the root waits on without
+    a root event. A root id with a dot of its own wakes a stream more often than needed, never
+    less (a woken stream re-reads and finds nothing new).
+    """
+    parts = session_id.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 class EventSignals:
@@ -91,8 +105,7 @@ class EventSignals:
                     backoff = 0.1
                     async for note in conn.notifies():
                         self.notifications += 1
-                        for signal in self._waiters.get(note.payload, ()):
-                            signal.set()
+                        self.wake({note.payload})
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -107,8 +120,9 @@ class EventSignals:
         committed: they read them now instead of one NOTIFY round trip later (the NOTIFY
         still comes, and finds nothing new)."""
         for session_id in session_ids:
-            for signal in self._waiters.get(session_id, ()):
-                signal.set()
+            for woken in _with_ancestors(session_id):
+                for signal in self._waiters.get(woken, ()):
+                    signal.set()
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():

@@ -20,15 +20,16 @@ from ..core.messages import Message
 from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
 from ..observability.log import log_event, set_service_name
-from ..store.migrate import require_current_schema, upgrade
+from ..store.migrate import head_revision, require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records
 from .control import stash_entry, stop_tree, tree_of
-from .entry import open_turn
+from .entry import open_turn, waiting_for
 from .fleet import Fleet
 from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
 from .notify import EventSignals
+from .startup import StartupFacts, count_recoverable, log_started, startup_facts
 from .submit import MISSING, Submission, submit
 from .turn import run_turn, start_first_step
 
@@ -121,6 +122,10 @@ class AgentRuntime:
         """This process's executor in the fleet (after ``launch``)."""
         self.signals = EventSignals(self.settings.urls)
         """Wakes event streams when their session's events commit (one LISTEN connection)."""
+        self.startup_fields: dict[str, Any] = {}
+        """More fields for the ``runtime.started`` line (the HTTP router adds ``auth``)."""
+        self.startup: StartupFacts | None = None
+        """What ``launch`` logged as ``runtime.started`` (after ``launch``)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -163,9 +168,10 @@ class AgentRuntime:
         """Migrate (or check) the session tables, launch DBOS, and recover parked turns."""
         s = self.settings
         if s.run_migrations:
-            await asyncio.to_thread(upgrade, s.database_url)
+            revision = await asyncio.to_thread(upgrade, s.database_url)
         else:
             await asyncio.to_thread(require_current_schema, s.database_url)
+            revision = head_revision()  # the check passed: the tables are at the head
         if self.service_name:
             set_service_name(self.service_name)
         store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
@@ -182,8 +188,16 @@ class AgentRuntime:
         await self.fleet.register()
         # Recovery at launch replays parked turns, which look the context up: install first.
         context.install(self._ctx)
+        recovering = await count_recoverable(store, s, self.fleet.schema)
         DBOS.launch()
         self.fleet.start()
+        # The first sweep adopts dead executors' turns: wait for it (a heartbeat at most) so
+        # the startup line says how many came back either way.
+        adopted = await self.fleet.first_sweep(s.heartbeat_seconds)
+        self.startup = startup_facts(
+            s, self.registry, revision, recovering, adopted, self.startup_fields
+        )
+        log_started(self.startup)
         if s.heal_interval_seconds > 0:
             self._healing = asyncio.Event()
             self._healer = asyncio.create_task(
@@ -294,7 +308,8 @@ class AgentRuntime:
 
         Raises:
             AgentNotFoundError: no such agent.
-            AgentAlreadyRunningError: the session has a turn running or parked.
+            AgentAlreadyRunningError: the session has a turn running (retryable) or parked
+                (not retryable; ``waitingFor`` and ``awaitedToolCallIds`` name the calls).
         """
         self.registry.get(agent_type)
         sid = session_id or records.new_session_id()
@@ -628,10 +643,13 @@ class AgentRuntime:
         return await self.store.read_events(session_id, after, limit)
 
     async def status(self, session_id: str) -> dict[str, Any]:
-        """The seed's status view: ``{sessionId, status, runId, pendingToolCalls, error?}``.
+        """The seed's status view: ``{sessionId, status, runId, pendingToolCalls, waitingFor,
+        error?}``.
 
         Pending calls of sub-agents are listed on the root (the client submits there), and a
-        root waiting on a parked sub-agent reads ``suspended_client_tool``.
+        root waiting on a parked sub-agent reads ``suspended_client_tool``. ``waitingFor``
+        tells the waits apart: the kinds of the calls still unanswered (``approval``,
+        ``client_tool``), ``[]`` when none is.
         """
         tree = await tree_of(self.ctx, session_id)
         top = tree[0]
@@ -657,6 +675,7 @@ class AgentRuntime:
             "status": status,
             "runId": top.run_id,
             "pendingToolCalls": pending,
+            "waitingFor": waiting_for(str(p["kind"]) for p in pending if "submittedAt" not in p),
         }
         if top.error:
             body["error"] = top.error

@@ -29,13 +29,14 @@ from ..core.session import (
 )
 from ..errors import (
     ApprovalMismatchError,
+    ErrorCode,
     InvalidResultError,
     PayloadTooLargeError,
     RequestValidationError,
     RunSupersededError,
     SessionNotFoundError,
 )
-from ..observability.log import log_event
+from ..observability.log import describe_issues, log_event
 from ..store.store import NoChange, Prior, RetryTransaction, now_ms
 from . import names
 from .context import RuntimeContext
@@ -176,6 +177,9 @@ def _response(
                     sessionId=sub.session_id,
                     toolCallId=sub.tool_call_id,
                     toolName=entry.tool_name,
+                    code=ErrorCode.INVALID_RESULT.value,
+                    # Where and why the result failed its schema; never the result itself.
+                    error=describe_issues(exc.errors(include_url=False, include_input=False)),
                 )
                 raise InvalidResultError(
                     entry.tool_name, sub.tool_call_id, exc.errors(include_url=False)
@@ -412,6 +416,7 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
             "client_tool.submit_unknown",
             sessionId=sub.session_id,
             toolCallId=tcid,
+            code=ErrorCode.UNKNOWN_TOOL_CALL.value,
             reason=verdict.reason,
         )
         return _unknown(tcid)

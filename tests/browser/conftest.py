@@ -101,10 +101,13 @@ class Served:
     process: subprocess.Popen[bytes]
 
 
-def start_server(workdir: Path, command: list[str], env: dict[str, str]) -> Served:
-    """Run ``command`` (given ``--port``) on a free port; returns once it answers."""
-    port = _free_port()
-    log = (workdir / "server.log").open("wb")
+def start_server(
+    workdir: Path, command: list[str], env: dict[str, str], *, port: int | None = None
+) -> Served:
+    """Run ``command`` (given ``--port``) on ``port`` (default: a free one); returns once it
+    answers. Its output is appended to ``workdir/server.log``."""
+    port = port or _free_port()
+    log = (workdir / "server.log").open("ab")
     process = subprocess.Popen(
         [*command, "--port", str(port)], env=env, cwd=workdir, stdout=log, stderr=log
     )

@@ -25,6 +25,9 @@ from .serve import DRIVER_WORDS, ServeProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 
+#: A message the demo editor answers with an editContent call (the turn parks on it).
+EDIT = 'replace "teh" with "the"'
+
 
 def _requests(sid: str, call_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     return [
@@ -94,7 +97,7 @@ def _status(client: httpx.Client, sid: str) -> dict[str, Any]:
 
 def _park(client: httpx.Client) -> tuple[str, str]:
     """Start an editor turn and wait until it parks on its editContent call."""
-    started = client.post("/start", json={"agentType": "editor", "message": "fix"})
+    started = client.post("/start", json={"agentType": "editor", "message": EDIT})
     assert started.status_code == 200, started.text
     sid = started.json()["sessionId"]
     deadline = time.monotonic() + 30
@@ -171,7 +174,7 @@ def test_an_open_stream_rides_out_a_short_outage(
     server.start()
     try:
         with httpx.Client(base_url=server.base_url, timeout=60) as client:
-            started = client.post("/start", json={"agentType": "editor", "message": "fix"})
+            started = client.post("/start", json={"agentType": "editor", "message": EDIT})
             assert started.status_code == 200, started.text
             sid = started.json()["sessionId"]
             frames: list[str] = []

@@ -37,6 +37,8 @@ SETTLE_SECONDS = 20.0
 MODEL_DELAY_MS = 300
 #: How long after the session looks ended its status is read again (in-flight work landed).
 GRACE_SECONDS = 1.5
+#: A message the demo editor answers with an editContent call.
+EDIT = 'replace "teh" with "the"'
 
 
 async def _wait_pending(client: Client, sid: str, tool: str) -> dict[str, Any]:
@@ -110,7 +112,7 @@ async def _race_one(
     final = await _settle(client, sid)
     stuck_on = _workflow_status(database_url, sid) if final in ACTIVE else None
     again = await client.request(
-        "POST", "/start", json_body={"agentType": "editor", "message": "again", "sessionId": sid}
+        "POST", "/start", json_body={"agentType": "editor", "message": EDIT, "sessionId": sid}
     )
     if again.status_code == 200:
         await _wait_pending(client, sid, "editContent")
@@ -199,7 +201,7 @@ async def test_interrupt_during_a_running_model_step(cluster_url: str, tmp_path:
     client = Client(server.base_url)
     try:
         started = await client.request(
-            "POST", "/start", json_body={"agentType": "editor", "message": "fix it"}
+            "POST", "/start", json_body={"agentType": "editor", "message": EDIT}
         )
         assert started.status_code == 200, started.text
         sid, run_id = started.json()["sessionId"], started.json()["runId"]
@@ -227,7 +229,7 @@ async def test_interrupt_during_a_running_model_step(cluster_url: str, tmp_path:
         again = await client.request(
             "POST",
             "/start",
-            json_body={"agentType": "editor", "message": "again", "sessionId": sid},
+            json_body={"agentType": "editor", "message": EDIT, "sessionId": sid},
         )
         assert again.status_code == 200, again.text
         pending = await _wait_pending(client, sid, "editContent")

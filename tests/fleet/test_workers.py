@@ -66,7 +66,8 @@ def test_workers_each_get_their_own_executor(pg_url: str, tmp_path: Path) -> Non
                 except httpx.TransportError:
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
-            sid = client.post("/start", json={"agentType": "editor", "message": "hi"}).json()[
+            message = 'replace "a" with "b"'  # the demo editor parks on editContent
+            sid = client.post("/start", json={"agentType": "editor", "message": message}).json()[
                 "sessionId"
             ]
             while True:

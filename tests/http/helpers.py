@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 
 TYPED_KEYS = ("error", "code", "retryable")
+#: A message the demo editor answers with an editContent call (it parks the turn).
+EDIT = 'replace "intro" with "opening"'
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def start(client: httpx.Client, message: str, *, prefix: str = "", **body: Any) 
     return out
 
 
-def start_parked(client: httpx.Client, message: str = "fix the intro") -> dict[str, Any]:
+def start_parked(client: httpx.Client, message: str = EDIT) -> dict[str, Any]:
     """Start an editor turn and wait until it parks on ``editContent``; its one pending call."""
     session_id = start(client, message)["sessionId"]
     view = wait_status(client, session_id, "suspended_client_tool")

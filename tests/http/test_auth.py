@@ -26,7 +26,7 @@ from helix_dbos.runtime import AgentRuntime
 from helix_dbos.testing import capture_log_events
 
 from .conftest import SECRET, HttpServer
-from .helpers import assert_typed, read_sse, wait_status
+from .helpers import EDIT, assert_typed, read_sse, wait_status
 
 
 @pytest.fixture
@@ -84,10 +84,10 @@ def test_session_tokens_bind_every_call_to_its_session(
 ) -> None:
     """/start issues a token; without it 401, with another session's 403, expired or forged
     401; with it every route works (the stream takes it as ?token=)."""
-    first = client.post("/secure/start", json={"agentType": "editor", "message": "fix it"})
+    first = client.post("/secure/start", json={"agentType": "editor", "message": EDIT})
     assert first.status_code == 200, first.text
     sid, token = first.json()["sessionId"], first.json()["token"]
-    other = client.post("/secure/start", json={"agentType": "editor", "message": "other"})
+    other = client.post("/secure/start", json={"agentType": "editor", "message": EDIT})
     other_sid, other_token = other.json()["sessionId"], other.json()["token"]
 
     q = {"sessionId": sid}
@@ -138,7 +138,7 @@ def test_session_tokens_bind_every_call_to_its_session(
     wait_status(client, sid, "completed", prefix="/secure", headers=bearer(token))
 
     # The next turn of an existing session needs that session's token.
-    again = {"agentType": "editor", "message": "more", "sessionId": sid}
+    again = {"agentType": "editor", "message": EDIT, "sessionId": sid}
     assert_typed(client.post("/secure/start", json=again), 401, "unauthorized")
     assert_typed(
         client.post("/secure/start", json=again, headers=bearer(other_token)), 403, "forbidden"

@@ -207,9 +207,9 @@ def test_tool_output_continues_the_turn(
 
 def test_tool_error_is_reported(chat: httpx.Client) -> None:
     chat_id = new_id()
-    call = next(c for c in send(chat, chat_id, "fix it") if c["type"] == "tool-input-available")
+    call = next(c for c in send(chat, chat_id, EDITS) if c["type"] == "tool-input-available")
     part = edit_part(call, "output-error", errorText="the editor is read-only")
-    chunks = streamed(answer(chat, chat_id, "fix it", part))
+    chunks = streamed(answer(chat, chat_id, EDITS, part))
     (error,) = [c for c in chunks if c["type"] == "tool-output-error"]
     assert error["toolCallId"] == call["toolCallId"]
     assert "the editor is read-only" in error["errorText"]
@@ -297,7 +297,7 @@ def test_approval_flow(chat: httpx.Client) -> None:
 
 def test_approval_denied(chat: httpx.Client) -> None:
     chat_id = new_id()
-    text = "tighten the wording, then publish"
+    text = 'replace "teh" with "the", then publish'
     call = next(c for c in send(chat, chat_id, text) if c["type"] == "tool-input-available")
     edit = edit_part(call, "output-available", output={"applied": 2, "failed": 0})
     chunks = streamed(answer(chat, chat_id, text, edit))
@@ -317,21 +317,22 @@ def test_approval_denied(chat: httpx.Client) -> None:
 
 def test_next_message_starts_the_next_turn(chat: httpx.Client, client: httpx.Client) -> None:
     chat_id = new_id()
-    call = next(c for c in send(chat, chat_id, "one") if c["type"] == "tool-input-available")
+    one, two = 'replace "one" with "1"', 'replace "two" with "2"'
+    call = next(c for c in send(chat, chat_id, one) if c["type"] == "tool-input-available")
     part = edit_part(call, "output-available", output={"applied": 1, "failed": 0})
-    streamed(answer(chat, chat_id, "one", part))
+    streamed(answer(chat, chat_id, one, part))
     wait_status(client, chat_id, "completed")
-    chunks = send(chat, chat_id, "two")
+    chunks = send(chat, chat_id, two)
     (second,) = [c for c in chunks if c["type"] == "tool-input-available"]
     assert second["toolCallId"] != call["toolCallId"]
-    assert second["input"] == {"edits": [{"selector": "document", "replacement": "two"}]}
+    assert second["input"] == {"edits": [{"selector": "two", "replacement": "2"}]}
     # The stream starts at the new turn: nothing of the first one is replayed.
     assert not [c for c in chunks if c["type"].startswith("text-")]
 
 
 def test_new_message_while_parked_is_409(chat: httpx.Client) -> None:
     chat_id = new_id()
-    send(chat, chat_id, "one")
+    send(chat, chat_id, EDITS)
     body = {"id": chat_id, "messages": [user("two")], "trigger": "submit-message"}
     assert_typed(chat.post("/chat", json=body), 409, "state_already_running")
 
@@ -359,19 +360,19 @@ def test_not_json_is_typed(chat: httpx.Client) -> None:
 
 def test_malformed_answer_is_typed(chat: httpx.Client) -> None:
     chat_id = new_id()
-    call = next(c for c in send(chat, chat_id, "x") if c["type"] == "tool-input-available")
+    call = next(c for c in send(chat, chat_id, EDITS) if c["type"] == "tool-input-available")
     part = edit_part(call, "output-error")  # no errorText
-    response = answer(chat, chat_id, "x", part)
+    response = answer(chat, chat_id, EDITS, part)
     response.read()
     assert_typed(response, 400, "validation_error")
 
 
 def test_verbose_invalid_result_describes_the_issue(chat: httpx.Client) -> None:
     chat_id = new_id()
-    call = next(c for c in send(chat, chat_id, "x") if c["type"] == "tool-input-available")
+    call = next(c for c in send(chat, chat_id, EDITS) if c["type"] == "tool-input-available")
     body = {
         "id": chat_id,
-        "messages": [user("x"), assistant(edit_part(call, "output-available", output={}))],
+        "messages": [user(EDITS), assistant(edit_part(call, "output-available", output={}))],
     }
     body_out = assert_typed(chat.post("/verbose/chat", json=body), 400, "INVALID_RESULT")
     assert "applied" in body_out["error"] and body_out["issues"]
@@ -402,7 +403,7 @@ def test_reconnect(chat: httpx.Client, client: httpx.Client) -> None:
 
 def test_reconnect_replays_an_approval(chat: httpx.Client) -> None:
     chat_id = new_id()
-    text = "fix and publish"
+    text = 'replace "teh" with "the" and publish'
     call = next(c for c in send(chat, chat_id, text) if c["type"] == "tool-input-available")
     edit = edit_part(call, "output-available", output={"applied": 1, "failed": 0})
     streamed(answer(chat, chat_id, text, edit))
@@ -426,7 +427,7 @@ def test_reconnect_while_running_streams_the_current_run(
 ) -> None:
     """A running turn (its events so far) is streamed from its run's first event."""
     chat_id = new_id()
-    handle = http_server.run(http_server.runtime.start("editor", "x", session_id=chat_id))
+    handle = http_server.run(http_server.runtime.start("editor", EDITS, session_id=chat_id))
     # Read the stream right away: the turn may be running or already parked; either way
     # the client gets the call and the stream finishes with tool-calls.
     response = chat.get(f"/chat/{chat_id}/stream")
@@ -441,14 +442,14 @@ def test_secure_chat_needs_a_token_for_its_session(
     chat: httpx.Client, http_server: HttpServer
 ) -> None:
     chat_id = new_id()
-    body = {"id": chat_id, "messages": [user("x")]}
+    body = {"id": chat_id, "messages": [user(EDITS)]}
     assert_typed(chat.post("/secure/chat", json=body), 401, "unauthorized")
     other = http_server.tokens.issue(new_id())
     response = chat.post("/secure/chat", json=body, headers={"authorization": f"Bearer {other}"})
     assert_typed(response, 403, "forbidden")
     token = http_server.tokens.issue(chat_id)
     chunks = send(
-        chat, chat_id, "x", prefix="/secure", headers={"authorization": f"Bearer {token}"}
+        chat, chat_id, EDITS, prefix="/secure", headers={"authorization": f"Bearer {token}"}
     )
     assert any(c["type"] == "tool-input-available" for c in chunks)
     assert_typed(chat.get(f"/secure/chat/{chat_id}/stream"), 401, "unauthorized")
@@ -463,12 +464,12 @@ def test_refuses_to_build_without_authentication(http_server: HttpServer) -> Non
 
 def test_reconnect_after_an_interrupt_is_204(chat: httpx.Client, client: httpx.Client) -> None:
     chat_id = new_id()
-    send(chat, chat_id, "x")
+    send(chat, chat_id, EDITS)
     assert client.post("/interrupt", json={"sessionId": chat_id}).status_code == 200
     wait_status(client, chat_id, "interrupted")
     assert chat.get(f"/chat/{chat_id}/stream").status_code == 204
     # The next message starts the next turn.
-    chunks = send(chat, chat_id, "y")
+    chunks = send(chat, chat_id, EDITS)
     assert chunks[-1] == {"type": "finish", "finishReason": "tool-calls"}
 
 

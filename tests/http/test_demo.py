@@ -30,14 +30,12 @@ def called(name: str) -> Message:
 
 
 def test_edits_come_from_the_message() -> None:
-    """Each `replace "a" with "b"` is one edit; otherwise the whole message is one edit."""
+    """Each `replace "a" with "b"` is one edit; a message without one asks for no edit."""
     assert edits_for("replace \"a\" with \"b\" and replace 'c' with ''") == [
         {"selector": "a", "replacement": "b"},
         {"selector": "c", "replacement": ""},
     ]
-    assert edits_for("  make it shorter ") == [
-        {"selector": "document", "replacement": "make it shorter"}
-    ]
+    assert edits_for("  make it shorter ") == []
 
 
 def test_a_user_message_calls_edit_content() -> None:

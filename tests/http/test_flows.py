@@ -115,7 +115,7 @@ def test_publish_with_approval(client: httpx.Client) -> None:
 
 def test_publish_denied(client: httpx.Client) -> None:
     """A denial never runs the tool; the model reports it with the reason."""
-    sid = start(client, "tighten the wording, then publish")["sessionId"]
+    sid = start(client, 'replace "a" with "b", then publish')["sessionId"]
     view = wait_status(client, sid, "suspended_client_tool")
     client.post(
         "/submit-tool-result",

@@ -26,7 +26,10 @@ def test_start_refusals_are_typed(client: httpx.Client) -> None:
         "/start", json={"agentType": "editor", "message": "again", "sessionId": parked["sessionId"]}
     )
     body = assert_typed(busy, 409, "state_already_running")
-    assert body["retryable"] is True
+    # Parked: retrying cannot help until someone answers, interrupts or abandons the call.
+    assert body["retryable"] is False
+    assert body["waitingFor"] == ["client_tool"]
+    assert body["awaitedToolCallIds"] == [parked["toolCallId"]]
     missing = client.post("/start", json={"message": "hi"})
     assert_typed(missing, 400, "validation_error")
     client.post("/interrupt", json={"sessionId": parked["sessionId"]})

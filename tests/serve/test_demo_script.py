@@ -1,10 +1,14 @@
 """`bash scripts/demo`: the Quick start's first command installs into .venv and serves the demo
-with session tokens on, printing the URL to open."""
+with session tokens on, printing the URL to open. Its secret and executor id are kept in a
+state file next to the database (``scripts/demo-state.bash``), so a second run accepts the
+first one's tokens and recovers its turns as their own executor."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -15,14 +19,19 @@ import pytest
 from tests.http.conftest import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+STATE_HELPER = ROOT / "scripts" / "demo-state.bash"
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_demo_script_installs_and_serves_the_demo(tmp_path: Path) -> None:
-    port = _free_port()
+def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "DBOS_"))}
-    env.update(PORT=str(port), HELIX_DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite'}")
+    env.update(extra)
+    return env
+
+
+def _run_demo(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], str]:
+    """Start ``bash scripts/demo``; returns once the server answers."""
     proc = subprocess.Popen(
         ["bash", str(ROOT / "scripts" / "demo")],
         env=env,
@@ -31,24 +40,126 @@ def test_the_demo_script_installs_and_serves_the_demo(tmp_path: Path) -> None:
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
+            return proc, base
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "the demo did not start"
+            time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    return out, err
+
+
+def _read_state(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def _executor_ids(database: Path) -> list[str]:
+    with sqlite3.connect(database) as conn:
+        rows = conn.execute("SELECT executor_id FROM __agents_executors").fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def test_the_demo_script_installs_and_serves_the_demo_and_keeps_its_state(
+    tmp_path: Path,
+) -> None:
+    """Two runs: the second accepts the first's session token, and runs as the same
+    executor; the state file next to the database is private (0600)."""
+    port = _free_port()
+    database = tmp_path / "demo.sqlite"
+    env = _clean_env(PORT=str(port), HELIX_DATABASE_URL=f"sqlite:///{database}")
+
+    proc, base = _run_demo(env, port)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, proc.communicate()
-            try:
-                httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the demo did not start"
-                time.sleep(0.2)
         created = httpx.post(f"{base}/chat/sessions", timeout=10).json()
         assert created["id"] and created["token"], "session tokens are on"
         refused = httpx.get(f"{base}/status", params={"sessionId": created["id"]}, timeout=10)
         assert refused.status_code == 401
+        started = httpx.post(
+            f"{base}/start", json={"agentType": "editor", "message": "hello"}, timeout=30
+        ).json()
+        session = {"sessionId": started["sessionId"]}
+        bearer = {"Authorization": f"Bearer {started['token']}"}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        out, err = _stop(proc)
     assert f"open http://127.0.0.1:{port}/" in out
     assert ".venv/bin/helix-dbos" in out
+    assert f"{tmp_path / 'demo.env'} (kept across restarts" in out
     assert (ROOT / ".venv" / "bin" / "helix-dbos").exists()
     assert "Uvicorn running on" in err
+
+    state_file = tmp_path / "demo.env"
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    state = _read_state(state_file)
+    assert len(state["HELIX_AUTH_SECRET"]) == 64
+    assert _executor_ids(database) == [state["HELIX_EXECUTOR_ID"]]
+
+    proc, base = _run_demo(env, port)
+    try:
+        # The first run's token is still good: the secret is the same.
+        status = httpx.get(f"{base}/status", params=session, headers=bearer, timeout=10)
+        assert status.status_code == 200, status.text
+    finally:
+        _stop(proc)
+    assert _read_state(state_file) == state
+    assert _executor_ids(database) == [state["HELIX_EXECUTOR_ID"]], "one executor, twice"
+
+
+def _use_state(tmp_path: Path, *serve_args: str, **env: str) -> dict[str, str]:
+    """Source the demo's state helper as scripts/demo does; the variables it exports."""
+    script = (
+        'set -euo pipefail; source "$0"; '
+        'demo_state_use "$(demo_state_file "${HELIX_DATABASE_URL}")" "$@"; '
+        'echo "secret=${HELIX_AUTH_SECRET:-}"; echo "executor=${HELIX_EXECUTOR_ID:-}"'
+    )
+    done = subprocess.run(
+        ["bash", "-c", script, str(STATE_HELPER), *serve_args],
+        env=_clean_env(HELIX_DATABASE_URL=f"sqlite:///{tmp_path / 'demo.sqlite'}", **env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return dict(line.split("=", 1) for line in done.stdout.splitlines())
+
+
+def test_the_state_is_reused_and_explicit_variables_win(tmp_path: Path) -> None:
+    first = _use_state(tmp_path)
+    assert len(first["secret"]) == 64 and first["executor"].startswith("demo-")
+    assert _use_state(tmp_path) == first, "a second run reads the same file"
+    state_file = tmp_path / "demo.env"
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    kept = state_file.read_text()
+
+    explicit = _use_state(tmp_path, HELIX_AUTH_SECRET="s" * 40, HELIX_EXECUTOR_ID="mine")
+    assert explicit == {"secret": "s" * 40, "executor": "mine"}
+    assert state_file.read_text() == kept, "the file keeps its own values"
+
+    # With several workers each generates its own executor id: none is given.
+    assert _use_state(tmp_path, "--workers", "2") == {"secret": first["secret"], "executor": ""}
+    assert _use_state(tmp_path, "--workers=1")["executor"] == first["executor"]
+
+
+def test_a_loose_or_partial_state_file_is_completed_and_made_private(tmp_path: Path) -> None:
+    state_file = tmp_path / "demo.env"
+    state_file.write_text("HELIX_AUTH_SECRET=kept-secret-0123456789-0123456789\n")
+    state_file.chmod(0o644)
+
+    used = _use_state(tmp_path)
+
+    assert used["secret"] == "kept-secret-0123456789-0123456789"
+    assert used["executor"].startswith("demo-")
+    assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    assert _read_state(state_file) == {
+        "HELIX_AUTH_SECRET": used["secret"],
+        "HELIX_EXECUTOR_ID": used["executor"],
+    }

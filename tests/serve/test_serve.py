@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.http.helpers import EDIT
 from tests.http.test_chat import read_chunks
 from tests.llm.fake_servers import FakeServer, openai_text
 
@@ -159,7 +160,7 @@ def test_text_logs_have_time_level_event_and_fields(tmp_path: Path) -> None:
     client_tool.suspended (debug) is not shown; an interrupt logs no ERROR."""
     env = serve_env(tmp_path, HELIX_AUTH_SECRET=SECRET, HELIX_LOG_LEVEL="Info")
     with serving([], env, tmp_path) as served, httpx.Client(base_url=served.url) as client:
-        started = client.post("/start", json={"agentType": "editor", "message": "hi"}).json()
+        started = client.post("/start", json={"agentType": "editor", "message": EDIT}).json()
         auth = {"Authorization": f"Bearer {started['token']}"}
         wait_parked(client, started["sessionId"], auth)
         stopped = client.post("/interrupt", json={"sessionId": started["sessionId"]}, headers=auth)
@@ -193,7 +194,7 @@ def test_json_logs_at_debug_show_the_client_tool_events(tmp_path: Path) -> None:
         # --verbose-validation-errors: a 400 says what failed (development only).
         invalid = client.post("/start", json={"agentType": "editor"})
         assert invalid.status_code == 400 and invalid.json()["details"][0]["loc"] == ["message"]
-        first = client.post("/start", json={"agentType": "editor", "message": "hi"}).json()
+        first = client.post("/start", json={"agentType": "editor", "message": EDIT}).json()
         auth = {"Authorization": f"Bearer {first['token']}"}
         wait_parked(client, first["sessionId"], auth)
         (call,) = client.get(
@@ -209,7 +210,7 @@ def test_json_logs_at_debug_show_the_client_tool_events(tmp_path: Path) -> None:
             headers=auth,
         )
         assert done.status_code == 200, done.text
-        second = client.post("/start", json={"agentType": "editor", "message": "hi"}).json()
+        second = client.post("/start", json={"agentType": "editor", "message": EDIT}).json()
         auth2 = {"Authorization": f"Bearer {second['token']}"}
         wait_parked(client, second["sessionId"], auth2)
         aborted = client.post(

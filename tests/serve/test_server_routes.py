@@ -23,6 +23,8 @@ from helix_dbos.observability.log import set_service_name
 from helix_dbos.testing import capture_log_events
 
 SECRET = "route-tests-secret-0123456789abcdef01234"
+#: A message the demo editor answers with an editContent call.
+EDIT = 'replace "a" with "b"'
 
 
 class Ask(BaseModel):
@@ -190,7 +192,7 @@ async def test_chat_sessions_issue_an_id_and_token_through_the_hook(make_runtime
         assert created.status_code == 200, created.text
         chat_id, token = created.json()["id"], created.json()["token"]
         assert tokens.verify(token) == chat_id and seen == ["chat-new", "chat-new"]
-        body = {"id": chat_id, "messages": [user("hi")], "trigger": "submit-message"}
+        body = {"id": chat_id, "messages": [user(EDIT)], "trigger": "submit-message"}
         streamed = await c.post("/chat", json=body, headers={"Authorization": f"Bearer {token}"})
         assert streamed.status_code == 200
         chunks = chunks_of(streamed.text)
@@ -229,7 +231,7 @@ async def test_the_routers_service_name_tags_events(make_runtime: Any) -> None:
         app = create_app(runtime, allow_unauthenticated=True, service_name="billing-bot")
         with capture_log_events() as events:
             async with client_for(app) as c:
-                started = await c.post("/start", json={"agentType": "editor", "message": "hi"})
+                started = await c.post("/start", json={"agentType": "editor", "message": EDIT})
                 sid = started.json()["sessionId"]
                 await runtime.wait_for_pending(sid)
                 await c.post("/interrupt", json={"sessionId": sid})

@@ -11,7 +11,8 @@
 // up with every stored event: a page that replays a session (after a reload) sees old calls
 // together with their answers, and never runs them again. An edit the page applied but could
 // not submit (the tab closed in between) is remembered with its result and submitted again,
-// never applied twice.
+// never applied twice. An answer the server did not receive (it is down or restarting) is
+// sent again until it does (postAnswer).
 //
 // The API is called with URLs relative to the page, so the page works under a path prefix.
 'use strict';
@@ -128,8 +129,22 @@
     li.className = kind;
     li.textContent = text;
     els.transcript.append(li);
-    li.scrollIntoView({ block: 'nearest' });
     return li;
+  }
+
+  // The transcript stays scrolled to its end while the reader is there: a new entry, a reply
+  // that grows as it streams, a tool line that gets its result. Scrolling up to read stops
+  // it; scrolling back to the end resumes it.
+  function followTranscript() {
+    const box = els.transcript;
+    const atEnd = () => box.scrollHeight - box.scrollTop - box.clientHeight <= 24;
+    let following = true;
+    box.addEventListener('scroll', () => {
+      following = atEnd();
+    });
+    new MutationObserver(() => {
+      if (following) box.scrollTop = box.scrollHeight;
+    }).observe(box, { childList: true, subtree: true, characterData: true });
   }
 
   function bubble(runId, step) {
@@ -197,7 +212,8 @@
       case 'tool_approval_request':
         remember({ ...data, kind: 'approval' });
         break;
-      case 'pending': // a reconnect to a session that waits: the calls it waits on
+      case 'pending': // a reconnect to a session that waits: the calls it waits on, sent
+        // after the events the stream replays (so a known call is already remembered)
         for (const call of data.toolCalls || []) remember(call);
         break;
       case 'tool_end':
@@ -386,14 +402,38 @@
     updateControls();
   }
 
+  // An answer (a client tool's result, an approval) must not be lost to a server that is down
+  // or restarting: a submit that did not reach it (no network, or a proxy's 502/503/504) is
+  // sent again, with backoff, until the server answers. That is safe: the server stores one
+  // answer per call and answers a repeat "already_completed". A definitive refusal (a 4xx, a
+  // 500) is thrown to the caller, which shows it. Resolves to false if "New conversation"
+  // replaced the session meanwhile (the answer is then dropped).
+  const SUBMIT_RETRY_MAX_MS = 2000;
+
+  function unreachable(error) {
+    return !(error instanceof ApiError) || [502, 503, 504].includes(error.status);
+  }
+
+  async function postAnswer(body, what) {
+    const epoch = view.epoch;
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await post('submit-tool-result', body);
+        return epoch === view.epoch;
+      } catch (error) {
+        if (epoch !== view.epoch) return false;
+        if (!unreachable(error)) throw error;
+        setStatus(`The server cannot be reached; retrying ${what} (attempt ${attempt})…`, true);
+        await sleep(Math.min(SUBMIT_RETRY_MAX_MS, 250 * 2 ** attempt));
+        if (epoch !== view.epoch) return false;
+      }
+    }
+  }
+
   async function submit(call, answer) {
     try {
-      await post('submit-tool-result', {
-        sessionId: state.sessionId,
-        toolCallId: call.toolCallId,
-        ...answer,
-      });
-      return true;
+      const body = { sessionId: state.sessionId, toolCallId: call.toolCallId, ...answer };
+      return await postAnswer(body, `the result of ${call.toolName}`);
     } catch (error) {
       if (error instanceof ApiError && error.code === 'unknown_tool_call') {
         closeCall(call.toolCallId, 'closed: the call is no longer pending');
@@ -414,8 +454,7 @@
     return { error: `This page cannot run the client tool ${call.toolName}` };
   }
 
-  // Each edit replaces every occurrence of `selector` (case-sensitive); the selector
-  // "document" stands for the whole text (the demo agent's convention). An edit whose
+  // Each edit replaces every occurrence of `selector` (case-sensitive). An edit whose
   // selector is not in the document counts as failed.
   function applyEdits(call) {
     const done = state.applied[call.toolCallId];
@@ -428,10 +467,7 @@
     for (const edit of edits) {
       const selector = String((edit && edit.selector) ?? '');
       const replacement = String((edit && edit.replacement) ?? '');
-      if (selector === 'document') {
-        text = replacement;
-        applied += 1;
-      } else if (selector && text.includes(selector)) {
+      if (selector && text.includes(selector)) {
         text = text.split(selector).join(replacement);
         applied += 1;
       } else {
@@ -462,7 +498,7 @@
       b.disabled = true;
     });
     try {
-      await post('submit-tool-result', {
+      const body = {
         kind: 'approval-response',
         sessionId: state.sessionId,
         toolCallId: call.toolCallId,
@@ -470,7 +506,8 @@
         approved,
         input: call.input, // what the human was shown: the server refuses a mismatch
         ...(approved ? {} : { reason: 'Denied in the demo page' }),
-      });
+      };
+      if (!(await postAnswer(body, approved ? 'your approval' : 'your denial'))) return;
     } catch (error) {
       buttons.forEach((b) => {
         b.disabled = false;
@@ -568,6 +605,7 @@
     renderSession();
     renderDocumentMeta();
     updateControls();
+    followTranscript();
 
     els.document.addEventListener('input', () => {
       state.document = els.document.value;
