@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.http.conftest import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A session-token secret for the programs that read ``HELIX_AUTH_SECRET``.
@@ -59,13 +60,6 @@ def program_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

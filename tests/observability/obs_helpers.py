@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +25,7 @@ __all__ = [
     "Call",
     "Dataset",
     "FlakySaves",
+    "crash_a_parked_turn",
     "events_named",
     "one_event",
     "populate",
@@ -178,3 +184,26 @@ async def populate(runtime: Any, *, timeout: float, fast_timeout: float) -> Data
         Call(sid, call["toolCallId"], "confirm", "aborted", registered, waited, waited)
     )
     return data
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def crash_a_parked_turn(url: str, executor_id: str = EXECUTOR_ID) -> dict[str, Any]:
+    """A child process (``crash_child.py``) of ``executor_id`` parks one turn on ``url`` and is
+    SIGKILLed; returns what it printed of the parked turn (its ``sessionId`` among others)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.run(
+        [sys.executable, str(HERE / "crash_child.py"), url, executor_id, APP_VERSION],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert child.returncode == -9, child.stderr[-2000:]
+    parked: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    return parked

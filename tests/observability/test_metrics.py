@@ -7,10 +7,6 @@ step re-run after a crash, or the same rows recorded twice) must leave them unch
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +16,7 @@ from dbos import DBOS, SetWorkflowID
 
 from helix_dbos.observability import metrics
 from helix_dbos.runtime.turn import run_turn
-from tests.observability.obs_helpers import APP_VERSION, EXECUTOR_ID, populate
+from tests.observability.obs_helpers import crash_a_parked_turn, populate
 
 pytestmark = pytest.mark.postgres_only
 
@@ -134,20 +130,7 @@ async def test_a_replay_never_counts_twice(launch: Any, pg_url: str) -> None:
 async def test_a_turn_recovered_after_a_crash_counts_each_model_call_once(
     launch: Any, pg_url: str
 ) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    child = subprocess.run(
-        [sys.executable, str(HERE / "crash_child.py"), pg_url, EXECUTOR_ID, APP_VERSION],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert child.returncode == -9, child.stderr[-2000:]
-    parked = json.loads(child.stdout.strip().splitlines()[-1])
+    parked = crash_a_parked_turn(pg_url)
     sid = parked["sessionId"]
     assert len(_rows(pg_url, "tokens")) == 1  # the first model call, before the crash
 

@@ -5,9 +5,6 @@ real DBOS and Postgres."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,30 +18,11 @@ from helix_dbos.errors import InvalidResultError
 from helix_dbos.http.app import create_app
 from helix_dbos.store.migrate import head_revision
 from helix_dbos.testing import capture_log_events
-from tests.observability.obs_helpers import APP_VERSION, EXECUTOR_ID, one_event
+from tests.observability.obs_helpers import APP_VERSION, EXECUTOR_ID, crash_a_parked_turn, one_event
 
 pytestmark = pytest.mark.postgres_only
 
 HERE = Path(__file__).resolve().parent
-
-
-def _crash_a_parked_turn(url: str, executor_id: str) -> dict[str, str]:
-    """A child process of ``executor_id`` parks one turn and is SIGKILLed."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    child = subprocess.run(
-        [sys.executable, str(HERE / "crash_child.py"), url, executor_id, APP_VERSION],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert child.returncode == -9, child.stderr[-2000:]
-    parked: dict[str, str] = json.loads(child.stdout.strip().splitlines()[-1])
-    return parked
 
 
 async def test_runtime_started_names_what_was_launched(launch: Any, pg_url: str) -> None:
@@ -77,7 +55,7 @@ async def test_runtime_started_names_what_was_launched(launch: Any, pg_url: str)
 async def test_a_relaunch_counts_the_parked_turns_it_recovers(launch: Any, pg_url: str) -> None:
     """The same executor id after a crash: ``recovered`` is the turn DBOS recovers, and the
     turn does come back (it parks again on its call)."""
-    parked = _crash_a_parked_turn(pg_url, EXECUTOR_ID)
+    parked = crash_a_parked_turn(pg_url, EXECUTOR_ID)
     with capture_log_events() as events:
         runtime = await launch()
     started = one_event(events, "runtime.started")
@@ -108,7 +86,7 @@ async def test_the_startup_line_counts_the_turns_the_first_sweep_adopts(
 ) -> None:
     """Another executor's parked turn, its process dead: this launch recovers nothing of its
     own (``recovered=0``) and its first sweep adopts the turn (``adopted=1``)."""
-    parked = _crash_a_parked_turn(pg_url, "obs-dead")
+    parked = crash_a_parked_turn(pg_url, "obs-dead")
     _wait_dead(pg_url, "obs-dead", 1.5)
     with capture_log_events() as events:
         runtime = await launch(heartbeat_seconds=0.5, adopt_after_seconds=1.0)
