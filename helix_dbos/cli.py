@@ -730,6 +730,9 @@ register(
 )
 
 
+# The approval inbox lives in its own module; importing it registers ``approvals``.
+from . import cli_approvals  # noqa: E402, F401
+
 # -- entry point ----------------------------------------------------------------------------
 
 
@@ -784,4 +787,8 @@ def _stdout_to_devnull() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m helix_dbos.cli`` runs this file as ``__main__``; the commands registered by
+    # other modules (``cli_approvals``) are in ``helix_dbos.cli``'s table: run that one.
+    from helix_dbos.cli import main as _main
+
+    sys.exit(_main())

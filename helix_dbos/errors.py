@@ -88,6 +88,7 @@ class ErrorCode(StrEnum):
     VALIDATION_FAILED = "validation_failed"
     NOT_EXECUTED = "not_executed"
     APPROVAL_DENIED = "approval_denied"
+    APPROVAL_EXPIRED = "approval_expired"
     # Requests (4xx).
     VALIDATION_ERROR = "validation_error"
     INVALID_RESULT = "INVALID_RESULT"
@@ -136,6 +137,7 @@ CLIENT_TOOL_ERROR_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.VALIDATION_FAILED,
         ErrorCode.NOT_EXECUTED,
         ErrorCode.APPROVAL_DENIED,
+        ErrorCode.APPROVAL_EXPIRED,
     }
 )
 

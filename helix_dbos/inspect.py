@@ -195,6 +195,8 @@ class SessionReport:
             "workflowId": s.workflow_id,
             "rootSessionId": s.root_session_id,
             "parentSessionId": s.parent_session_id,
+            "principal": s.principal,
+            "tenant": s.tenant,
             "error": s.error,
             "workflow": _workflow_dump(self.workflow) if self.workflow else None,
             "pendingToolCalls": [
@@ -373,6 +375,8 @@ def render_report(report: SessionReport) -> str:
         + (f"  error: {s.error.get('code')}: {s.error.get('message')}" if s.error else ""),
         f"run       {s.run_id or '-'}",
     ]
+    if s.principal is not None or s.tenant is not None:
+        out.append(f"owner     principal={s.principal or '-'}  tenant={s.tenant or '-'}")
     if not s.is_root:
         out.append(f"root      {s.root_session_id}  (parent {s.parent_session_id})")
     w = report.workflow

@@ -75,9 +75,10 @@ class Served:
 
 
 @contextmanager
-def served(code: str, tmp_path: Path) -> Iterator[Served]:
-    """Serve ``code`` as ``app.py`` with ``python -m uvicorn app:app``; stop it with SIGINT
-    (Ctrl+C) on exit and check that it stopped cleanly."""
+def served(code: str, tmp_path: Path, **env: str) -> Iterator[Served]:
+    """Serve ``code`` as ``app.py`` with ``python -m uvicorn app:app`` (``env``: more
+    environment variables); stop it with SIGINT (Ctrl+C) on exit and check that it stopped
+    cleanly."""
     (tmp_path / "app.py").write_text(code)
     port = _free_port()
     log = tmp_path / "server.log"
@@ -85,7 +86,7 @@ def served(code: str, tmp_path: Path) -> Iterator[Served]:
         process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)],
             cwd=tmp_path,
-            env=program_env(tmp_path),
+            env=program_env(tmp_path, **env),
             stdout=sink,
             stderr=subprocess.STDOUT,
         )

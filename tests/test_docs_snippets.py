@@ -37,6 +37,7 @@ def test_every_embedding_program_is_run_here() -> None:
         "In an existing FastAPI app",
         "Your own authentication",
         "The lifespan",
+        "Metrics",
     ]
 
 

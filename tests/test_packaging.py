@@ -74,7 +74,14 @@ def test_wheel_ships_the_demo_page(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     static = "helix_dbos/http/demo_page/static/"
     sources = sorted(p.name for p in (ROOT / static).iterdir())
-    assert sources == ["demo.css", "demo.js", "index.html"]
+    assert sources == [
+        "approvals.css",
+        "approvals.html",
+        "approvals.js",
+        "demo.css",
+        "demo.js",
+        "index.html",
+    ]
     assert {static + name for name in sources} <= names
     assert "helix_dbos/http/demo_page/__init__.py" in names
 
@@ -131,8 +138,9 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash .ci/run" in readme
-    assert "\n.venv/bin/pytest -q\n" in readme
-    assert "TEST_COMMAND=(.venv/bin/pytest -q)" in ci
+    command = "pytest -q -n 4 --dist loadfile"
+    assert f"\n.venv/bin/{command}\n" in readme
+    assert f"TEST_COMMAND=(.venv/bin/{command})" in ci
     assert '"${TEST_COMMAND[@]}"' in ci
     subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)
 

@@ -8,6 +8,7 @@ from .agents import (
     define_agent,
     subagent_tool,
 )
+from .expiry import DefaultResult
 from .llm import LLM, LLMRequest, LLMResponse, ToolSchema, Usage
 from .messages import Message, ToolCall
 from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tombstone
@@ -21,6 +22,7 @@ __all__ = [
     "Agent",
     "AgentRegistry",
     "Continuation",
+    "DefaultResult",
     "LLMRequest",
     "LLMResponse",
     "Message",

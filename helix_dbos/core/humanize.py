@@ -33,6 +33,10 @@ _TEXTS: dict[str, str] = {
         "The tool '{tool}' was not executed: the previous turn was stopped before it completed."
     ),
     "approval_denied": "A human denied the call to the tool '{tool}'.",
+    "approval_expired": (
+        "The call to the tool '{tool}' was denied. Reason: its approval expired before a human "
+        "answered, so the tool did not run."
+    ),
 }
 
 _humanizer: Humanizer | None = None

@@ -48,7 +48,8 @@ class Message(BaseModel):
     meta: dict[str, Any] | None = None
     """Markers the runtime reads, never the model: ``entryInput`` (``{"runId"}``: the row is
     that run's own input) and ``source`` (``"sub_agent_completion"``: a notification, never
-    user input). See ``helix_dbos.core.markers``."""
+    user input). See ``helix_dbos.core.markers``. A tool row of a call whose deadline lapsed
+    carries ``expired`` (``{"onTimeout"}``: the tool's policy applied)."""
 
     def to_row(self) -> dict[str, Any]:
         """The JSON stored in ``__agents_messages.content``."""

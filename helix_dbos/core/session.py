@@ -65,6 +65,9 @@ class PendingCall(_Camel):
     """When the answer was stored (epoch ms); ``None`` while unanswered."""
     response: dict[str, Any] | None = None
     """The stored answer: ``{"result": ...}``, ``{"error": ...}`` or an approval decision."""
+    on_timeout: dict[str, Any] | None = None
+    """What a lapse means, as the tool said when the call parked (``core/expiry.py``);
+    ``None``: ``client_tool_timeout``."""
 
     def lapsed_by(self, at_ms: int) -> bool:
         """Whether the deadline had passed at ``at_ms``."""
@@ -98,6 +101,10 @@ class SessionState(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     error: dict[str, Any] | None = None
     latest_checkpoint_id: str | None = None
+    principal: str | None = None
+    """Who started the session (the auth hook's ``principal``, as text); sub-agents inherit it."""
+    tenant: str | None = None
+    """The tenant the session was started under; sub-agents inherit it."""
 
     @property
     def is_root(self) -> bool:

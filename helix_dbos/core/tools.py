@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from ..errors import ToolDefinitionError
+from .expiry import OnTimeout, check_on_timeout, check_remind
 from .llm import ToolSchema
 
 __all__ = [
@@ -55,6 +56,12 @@ class Tool:
     """A server tool that runs only after a human approves the exact arguments."""
     subagent: str | None = None
     """For a sub-agent tool: the child agent's name."""
+    on_timeout: dict[str, Any] | None = field(default=None, compare=False)
+    """What a lapsed deadline means (``core/expiry.py``), as recorded on the pending entry:
+    ``{"action": "deny" | "approve"}`` or ``{"action": "result", "result": ...}``; ``None``
+    is the default, ``client_tool_timeout``."""
+    remind_before: float | None = None
+    """Seconds before the deadline at which ``client_tool.deadline_near`` is emitted."""
 
     @property
     def suspends(self) -> bool:
@@ -80,6 +87,8 @@ def define_tool(
     client_tool_timeout: float | None = None,
     finish_with: bool = False,
     require_approval: bool = False,
+    on_timeout: OnTimeout | None = None,
+    remind_before: float | None = None,
 ) -> Tool:
     """Declare a tool.
 
@@ -95,10 +104,16 @@ def define_tool(
         client_tool_timeout: seconds a client or approval call may wait.
         finish_with: the call ends the turn with its output.
         require_approval: a server tool that waits for a human's approval first.
+        on_timeout: what a lapsed deadline means (docs/approvals.md): ``"error"`` (the
+            default: ``client_tool_timeout``); for an approval ``"deny"`` (a denial whose
+            reason says it expired) or ``"approve"``; for a client tool a
+            ``DefaultResult(value)``, validated against ``output_model`` here.
+        remind_before: seconds before the deadline at which one ``client_tool.deadline_near``
+            event is emitted (log, stream and the ``on_deadline_near`` hooks).
 
     Raises:
-        ToolDefinitionError: reserved name, client + finish_with, client + approval, or a bad
-            timeout.
+        ToolDefinitionError: reserved name, client + finish_with, client + approval, a bad
+            timeout, an ``on_timeout`` the tool cannot have, or a bad ``remind_before``.
     """
     if not name or not isinstance(name, str):
         raise ToolDefinitionError("A tool needs a non-empty name")
@@ -123,6 +138,16 @@ def define_tool(
         raise ToolDefinitionError(f"Tool {name!r}: execute must be 'client' or a function")
     if client_tool_timeout is not None and not (client_tool_timeout > 0):
         raise ToolDefinitionError(f"Tool {name!r}: client_tool_timeout must be > 0 seconds")
+    policy = check_on_timeout(
+        name,
+        on_timeout,
+        is_client=is_client,
+        require_approval=require_approval,
+        output_model=output_model,
+    )
+    remind = check_remind(
+        name, remind_before, client_tool_timeout, suspends=is_client or require_approval
+    )
     return Tool(
         name=name,
         description=description,
@@ -133,4 +158,6 @@ def define_tool(
         client_tool_timeout=client_tool_timeout,
         finish_with=finish_with,
         require_approval=require_approval,
+        on_timeout=policy,
+        remind_before=remind,
     )

@@ -12,13 +12,16 @@ from .auth import (
     SessionTokens,
     TokenIssuer,
     request_body,
+    request_is_approver,
     request_principal,
     request_session_id,
+    request_tenant,
     session_token_auth,
 )
 from .chat import create_chat_router
 from .errors import error_response, install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter
+from .metrics import create_metrics_router, metrics_app, metrics_token_auth
 from .router import create_router
 
 __all__ = [
@@ -30,12 +33,17 @@ __all__ = [
     "TokenIssuer",
     "create_app",
     "create_chat_router",
+    "create_metrics_router",
     "create_router",
     "error_response",
     "install_error_handlers",
     "lifespan_for",
+    "metrics_app",
+    "metrics_token_auth",
     "request_body",
+    "request_is_approver",
     "request_principal",
     "request_session_id",
+    "request_tenant",
     "session_token_auth",
 ]

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..core.agents import Agent
+from ..core.owner import SessionOwner
 from ..core.session import SubmitAnswer
 from ..errors import (
     STORE_UNAVAILABLE_MESSAGE,
@@ -61,6 +62,7 @@ from .errors import HelixRoute, end_on_outage
 from .frames import KEEP_ALIVE, SSE_HEADERS
 from .pipeline import RouteContext
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN
+from .scope import request_owner
 from .sse import ENDED_STATUSES, POLL_SECONDS, follow_events, is_parked
 from .stream_points import last_sequence, run_start
 
@@ -141,7 +143,7 @@ class _Agui:
         agent = self.runtime.registry.get(agent_type)
         run = AguiRun(body.thread_id, body.run_id, known_of(body.messages))
         try:
-            return _stream(await self._decide(body, agent, run))
+            return _stream(await self._decide(body, agent, run, request_owner(request)))
         except _HTTP_ONLY:
             raise
         except _Refused as refused:
@@ -169,8 +171,11 @@ class _Agui:
             raise RequestValidationError(REQUEST_INVALID_MESSAGE, cause="thread_agent")
         return await self.runtime.status(thread_id)
 
-    async def _decide(self, body: AguiRunInput, agent: Agent, run: AguiRun) -> _Events:
-        """Store what the input answers (or start its turn), then the stream to answer."""
+    async def _decide(
+        self, body: AguiRunInput, agent: Agent, run: AguiRun, owner: SessionOwner
+    ) -> _Events:
+        """Store what the input answers (or start its turn, a new thread owned by ``owner``),
+        then the stream to answer."""
         thread = body.thread_id
         check_client_tools(agent, body.tools or [])
         view = await self._view(thread, agent)
@@ -184,7 +189,13 @@ class _Agui:
             return await self._answer(thread, live, stale, run, body.state)
         if text is not None and not await self._sent_before(thread, view, text):
             after = 0 if view is None else await last_sequence(self.runtime, thread)
-            await self.runtime.start(agent.name, text, session_id=thread)
+            await self.runtime.start(
+                agent.name,
+                text,
+                session_id=thread,
+                principal=owner.principal,
+                tenant=owner.tenant,
+            )
             return self._follow(thread, after, run, body.state)
         return await self._reconnect(thread, view, run, body.state)
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from .. import __version__
 from ..config import HelixSettings
@@ -33,6 +33,7 @@ from .chat import create_chat_router
 from .demo_page import install_demo_page, serves_demo_agent
 from .errors import install_error_handlers
 from .limits import DEFAULT_SUBMIT_RATE_LIMIT, limiter_for
+from .metrics import METRICS_TOKEN_ENV, create_metrics_router, metrics_token_auth
 from .openapi import document_session_tokens
 from .router import create_router
 
@@ -91,6 +92,27 @@ def _print_events_unless_configured() -> Callable[[], None]:
     return undo
 
 
+def _metrics_router(runtime: AgentRuntime, token: str | None, *, authenticated: bool) -> APIRouter:
+    """``GET /metrics``: behind its own token when one is set (``HELIX_METRICS_TOKEN``), open
+    when the whole server is, else refused (a session token says nothing about operators)."""
+    from_env = token is None
+    token = token if token is not None else os.environ.get(METRICS_TOKEN_ENV) or None
+    if token is not None:
+        try:
+            hook = metrics_token_auth(token)
+        except ConfigError as exc:
+            message = f"{METRICS_TOKEN_ENV}: {exc.message}" if from_env else exc.message
+            raise ConfigError(message) from None
+        return create_metrics_router(runtime, authenticate=hook)
+    if not authenticated:
+        return create_metrics_router(runtime, allow_unauthenticated=True)
+
+    def refuse(_request: Any, _operation: str) -> dict[str, Any]:
+        return {"error": f"Set {METRICS_TOKEN_ENV} on the server to scrape /metrics", "status": 401}
+
+    return create_metrics_router(runtime, authenticate=refuse)
+
+
 def _demo() -> list[Agent]:
     """The demo agents, on the model ``HELIX_LLM`` names (else the scripted one, whose replies
     stream word by word so a browser sees them arrive)."""
@@ -114,6 +136,7 @@ def create_app(
     chat_agent_type: str | None = None,
     chat: bool = True,
     demo_page: bool | None = None,
+    metrics_token: str | None = None,
 ) -> FastAPI:
     """The standalone agent server.
 
@@ -138,11 +161,14 @@ def create_app(
             ``/chat/{id}/stream``) next to the agent routes.
         demo_page: serve the demo page at ``/``; default: when the runtime serves the demo
             agent (an ``editor`` agent with the client tool ``editContent``).
+        metrics_token: the bearer token a scrape of ``GET /metrics`` sends; default
+            ``HELIX_METRICS_TOKEN``. Without one, ``/metrics`` is open on a server without
+            authentication and refuses every scrape (401) on a server with it.
 
     Raises:
         ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes),
-            an unknown ``chat_agent_type``, a ``HELIX_LLM`` that names no usable model, or
-            ``demo_page=True`` without the demo agent.
+            an unknown ``chat_agent_type``, a ``HELIX_LLM`` that names no usable model,
+            ``demo_page=True`` without the demo agent, or a metrics token under 16 characters.
     """
     secret = auth_secret if auth_secret is not None else os.environ.get(AUTH_SECRET_ENV) or None
     if runtime is None:
@@ -194,6 +220,7 @@ def create_app(
     if demo_page:
         install_demo_page(app)
     app.include_router(router)
+    app.include_router(_metrics_router(runtime, metrics_token, authenticated=secret is not None))
     if chat and chat_agent_type is not None:
         # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
         app.include_router(

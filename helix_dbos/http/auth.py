@@ -2,11 +2,13 @@
 
 The hook runs before every route's handler with the request and the operation name
 (``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``,
-the chat's ``chat-new``, ``chat``, ``chat-stream``, and AG-UI's ``agui``, ``agui-tools``). It
-returns ``True`` or ``{"ok": True, "principal": ...}`` (accept; ``request_principal(request)``
-is the principal), ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with
-``"ok": False``: a custom refusal, e.g. 403). It may be sync or async. Anything else refuses
-(fail closed).
+the chat's ``chat-new``, ``chat``, ``chat-stream``, AG-UI's ``agui``, ``agui-tools``, and
+``metrics`` for a scrape of ``GET /metrics``, which names no session, and ``approvals`` for
+the approval inbox). It returns ``True`` or ``{"ok": True, "principal": ..., "tenant": ...,
+"approver": ...}`` (accept; ``request_principal(request)`` is the principal, and a new session
+records principal and tenant; see ``scope.py`` for what a tenant and an approver may reach),
+``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with ``"ok": False``: a
+custom refusal, e.g. 403). It may be sync or async. Anything else refuses (fail closed).
 
 Before the hook runs, the router has read and parsed the body: ``request_session_id(request)``
 is the session the request names (body ``sessionId``, query ``sessionId`` or the chat path's
@@ -31,14 +33,17 @@ from ..errors import AuthError, ConfigError
 from ..observability.log import log_event
 
 __all__ = [
+    "APPROVER_OPERATIONS",
     "OPERATIONS",
     "AuthHook",
     "AuthResult",
     "SessionTokens",
     "TokenIssuer",
     "request_body",
+    "request_is_approver",
     "request_principal",
     "request_session_id",
+    "request_tenant",
     "run_authenticate",
     "session_token_auth",
     "set_request_context",
@@ -60,12 +65,17 @@ OPERATIONS = (
     "checkpoints",
     "agui",
     "agui-tools",
+    "metrics",
+    "approvals",
 )
 #: The operations that create a session: nothing exists yet to bind a token to.
 NEW_SESSION_OPERATIONS = frozenset({"start", "chat-new"})
+#: What an approver token may do: list the inbox, read a session, answer its calls.
+APPROVER_OPERATIONS = frozenset({"approvals", "status", "sse", "submit-tool-result"})
 
 AuthResult = bool | Mapping[str, Any]
-"""``True``, ``{"ok": True, "principal": ...}``, ``False`` or ``{"error": str, "status": int}``."""
+"""``True``, ``{"ok": True, "principal"?, "tenant"?, "approver"?}``, ``False`` or
+``{"error": str, "status": int}``."""
 AuthHook = Callable[[Request, str], AuthResult | Awaitable[AuthResult]]
 """``authenticate(request, operation)``, sync or async."""
 TokenIssuer = Callable[[str], str]
@@ -74,6 +84,8 @@ TokenIssuer = Callable[[str], str]
 _SESSION_KEY = "helix_session_id"
 _BODY_KEY = "helix_body"
 _PRINCIPAL_KEY = "helix_principal"
+_TENANT_KEY = "helix_tenant"
+_APPROVER_KEY = "helix_approver"
 
 
 def request_session_id(request: Request) -> str | None:
@@ -90,6 +102,16 @@ def request_body(request: Request) -> Any:
 def request_principal(request: Request) -> Any:
     """The ``principal`` the hook accepted the request with (``None`` when it gave none)."""
     return getattr(request.state, _PRINCIPAL_KEY, None)
+
+
+def request_tenant(request: Request) -> Any:
+    """The ``tenant`` the hook accepted the request with (``None`` when it gave none)."""
+    return getattr(request.state, _TENANT_KEY, None)
+
+
+def request_is_approver(request: Request) -> bool:
+    """Whether the hook accepted the request with ``"approver": True``."""
+    return getattr(request.state, _APPROVER_KEY, False) is True
 
 
 def set_request_context(request: Request, session_id: str | None, body: Any) -> None:
@@ -115,6 +137,8 @@ async def run_authenticate(hook: AuthHook | None, request: Request, operation: s
         return
     if isinstance(outcome, Mapping) and outcome.get("ok") is True:
         setattr(request.state, _PRINCIPAL_KEY, outcome.get("principal"))
+        setattr(request.state, _TENANT_KEY, outcome.get("tenant"))
+        setattr(request.state, _APPROVER_KEY, outcome.get("approver") is True)
         return
     if isinstance(outcome, Mapping):
         status = outcome.get("status", 401)
@@ -182,8 +206,46 @@ class SessionTokens:
         payload = _b64(json.dumps({"sid": session_id, "exp": exp}, separators=(",", ":")).encode())
         return f"{payload}.{self._sign(payload)}"
 
+    def issue_approver(
+        self, tenant: str, principal: str | None = None, *, expires_at: float | None = None
+    ) -> str:
+        """A token for an approver of ``tenant``: it lists that tenant's approvals, reads its
+        sessions' status and events and answers their calls (``APPROVER_OPERATIONS``), and
+        nothing else; valid for ``ttl_seconds`` (or until ``expires_at``).
+
+        Raises:
+            ConfigError: ``tenant`` is not a non-empty string.
+        """
+        if not isinstance(tenant, str) or not tenant:
+            raise ConfigError("An approver token needs a tenant (a non-empty string)")
+        exp = int(expires_at if expires_at is not None else self._clock() + self.ttl_seconds)
+        claims: dict[str, Any] = {"role": "approver", "tenant": tenant, "exp": exp}
+        if principal:
+            claims["sub"] = principal
+        payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
+        return f"{payload}.{self._sign(payload)}"
+
+    def verify_approver(self, token: str) -> tuple[str, str | None] | None:
+        """``(tenant, principal)`` of a valid, unexpired approver token; ``None`` otherwise."""
+        claims = self._claims(token)
+        if claims is None or claims.get("role") != "approver":
+            return None
+        tenant, sub = claims.get("tenant"), claims.get("sub")
+        if not isinstance(tenant, str) or not tenant:
+            return None
+        return tenant, sub if isinstance(sub, str) else None
+
     def verify(self, token: str) -> str | None:
-        """The session a valid, unexpired token is bound to; ``None`` for anything else."""
+        """The session a valid, unexpired session token is bound to; ``None`` for anything
+        else (an approver token included)."""
+        claims = self._claims(token)
+        if claims is None or "role" in claims:
+            return None
+        sid = claims.get("sid")
+        return sid if isinstance(sid, str) else None
+
+    def _claims(self, token: str) -> dict[str, Any] | None:
+        """The claims of a token this secret signed that has not expired; else ``None``."""
         payload, sep, signature = token.partition(".")
         # compare_digest refuses non-ASCII text (a header decodes as latin-1): check first.
         if not sep or not payload or not signature or not token.isascii():
@@ -197,10 +259,10 @@ class SessionTokens:
             return None
         if not isinstance(claims, dict):
             return None
-        sid, exp = claims.get("sid"), claims.get("exp")
-        if not isinstance(sid, str) or not isinstance(exp, int) or exp <= self._clock():
+        exp = claims.get("exp")
+        if not isinstance(exp, int) or exp <= self._clock():
             return None
-        return sid
+        return claims
 
     @staticmethod
     def token_of(request: Request) -> str | None:
@@ -218,6 +280,12 @@ class SessionTokens:
         """The hook: a valid token for the session the request names, else 401 / 403."""
         session_id = request_session_id(request)
         token = self.token_of(request)
+        approver = self.verify_approver(token) if token is not None else None
+        if approver is not None:
+            return _approver_answer(operation, *approver)
+        if operation == "metrics":
+            # A scrape names no session: a session's token says nothing about operators.
+            return {"error": "Session tokens do not scrape /metrics", "status": 403}
         new_session = operation in NEW_SESSION_OPERATIONS and session_id is None
         if new_session and token is None:
             # A brand-new session: nothing to bind yet.
@@ -236,10 +304,21 @@ class SessionTokens:
                 return True
             outcome = self._authorize_start(request, operation)
             return await outcome if inspect.isawaitable(outcome) else outcome
+        if operation == "approvals" and session_id != bound:
+            # The inbox of one session only: a session token says nothing about the others.
+            return {"error": "A session token lists only its session's approvals", "status": 403}
         if session_id is not None and session_id != bound:
             return {"error": "The session token is for another session", "status": 403}
         # session_id None: the body is unreadable; validation answers it next.
         return True
+
+
+def _approver_answer(operation: str, tenant: str, principal: str | None) -> AuthResult:
+    """The hook's answer to an approver token: its tenant, as an approver (the router then
+    refuses the sessions of other tenants), for the operations an approver may do."""
+    if operation not in APPROVER_OPERATIONS:
+        return {"error": "An approver token only lists, reads and answers approvals", "status": 403}
+    return {"ok": True, "principal": principal, "tenant": tenant, "approver": True}
 
 
 def session_token_auth(

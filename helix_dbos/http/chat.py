@@ -58,6 +58,7 @@ from .openapi import (
 )
 from .pipeline import ChatIdPath, RouteContext
 from .schemas import Identifier
+from .scope import request_owner
 from .sse import (
     ENDED_STATUSES,
     POLL_SECONDS,
@@ -293,7 +294,14 @@ class _Chat:
         if not text.strip():
             raise _invalid("message")
         after = await _last_sequence(self.runtime, session_id)
-        handle = await self.runtime.start(self.agent_type, text, session_id=session_id)
+        owner = request_owner(request)
+        handle = await self.runtime.start(
+            self.agent_type,
+            text,
+            session_id=session_id,
+            principal=owner.principal,
+            tenant=owner.tenant,
+        )
         return _stream(
             ui_message_stream(
                 self.runtime,

@@ -4,7 +4,8 @@ One place for each step a request goes through:
 
 1. the body: the size guard (Content-Length against ``runtime.max_result_bytes`` x 4, before
    reading) and the media type; read (counting bytes) and parse the JSON (bounded depth);
-2. the authenticate hook (it can see the session the body or the query names);
+2. the authenticate hook (it can see the session the body or the query names), and the
+   tenant it names: a session of another tenant is refused (``scope.py``);
 3. validation against the route's model (a fixed message; details only when verbose);
 4. for submits: the per-session rate limit (one window per session, whichever route the
    answers come through), a pre-check of every answer of the request before any is stored,
@@ -33,6 +34,7 @@ from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, M, parse_jso
 from .body import validate_body as _validate
 from .limits import SlidingWindowLimiter
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, Identifier
+from .scope import enforce_tenant
 
 __all__ = [
     "ChatIdPath",
@@ -130,6 +132,7 @@ class RouteContext:
             session_id = named if isinstance(named, str) else None
         set_request_context(request, session_id, parsed)
         await run_authenticate(self.authenticate, request, operation)
+        await enforce_tenant(self.runtime, request, session_id)
         if parse_error is not None:
             details: dict[str, Any] = {"cause": "json"}
             if self.verbose:
@@ -143,6 +146,7 @@ class RouteContext:
         """Authenticate a request without a body (the session is in the query or path)."""
         set_request_context(request, session_id, None)
         await run_authenticate(self.authenticate, request, operation)
+        await enforce_tenant(self.runtime, request, session_id)
 
     async def submit(self, answers: Sequence[Submission], *, message: str) -> list[SubmitAnswer]:
         """Store the answers of one request, in order, all on one session.

@@ -20,6 +20,7 @@ from ..observability.log import set_service_name
 from ..observability.logging_config import install_query_secret_filter
 from ..runtime.runtime import AgentRuntime
 from .agui import create_agui_router
+from .approvals_route import create_approvals_router
 from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated
 from .body import REQUEST_INVALID_MESSAGE
 from .errors import HelixRoute
@@ -51,6 +52,7 @@ from .schemas import (
     TurnResponse,
     UnknownToolCallBody,
 )
+from .scope import request_owner
 from .sse import event_stream
 
 __all__ = ["create_router"]
@@ -180,7 +182,14 @@ def create_router(
     )
     async def start(request: Request) -> Response:
         body = await api.body(request, StartRequest, "start")
-        handle = await runtime.start(body.agent_type, body.message, body.session_id)
+        owner = request_owner(request)
+        handle = await runtime.start(
+            body.agent_type,
+            body.message,
+            body.session_id,
+            principal=owner.principal,
+            tenant=owner.tenant,
+        )
         out = handle.dump()
         if token_issuer is not None:
             out["token"] = token_issuer(handle.session_id)
@@ -375,4 +384,6 @@ def create_router(
 
     # AG-UI 1.0 (POST /agui/{agentType}): the same runtime, hook and rate limit.
     router.include_router(create_agui_router(api))
+    # The approval inbox (GET /approvals), behind the same hook.
+    router.include_router(create_approvals_router(api))
     return router

@@ -293,6 +293,10 @@ class StatusResponse(_Response):
     """What the unanswered calls wait for: a human's ``approval``, the client running a
     ``client_tool``, or both (in that order); ``[]`` when no call waits for an answer."""
     error: dict[str, Any] | None = None
+    principal: str | None = None
+    """Who started the session (absent when it was started without one)."""
+    tenant: str | None = None
+    """The tenant the session was started under (absent when none)."""
 
 
 class ControlResponse(_Response):

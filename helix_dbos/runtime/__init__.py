@@ -1,12 +1,14 @@
 """The durable runtime: the only package (with http and cli) that decorates with DBOS.
 
 Public: ``AgentRuntime`` and ``TurnHandle`` (also exported by ``helix_dbos``), ``Operator``
-(what the CLI uses from outside a running runtime), and the durable contract in ``names`` and
+(what the CLI uses from outside a running runtime), ``Notification`` and ``DeliveryOptions``
+(what notification hooks receive, and how they are delivered), and the durable contract in ``names`` and
 ``records`` (read it, never change it without a migration story). Every other module here is
 internal; see docs/public-api.md.
 """
 
+from .notifications import DeliveryOptions, Notification
 from .operator import Operator
 from .runtime import AgentRuntime, TurnHandle
 
-__all__ = ["AgentRuntime", "Operator", "TurnHandle"]
+__all__ = ["AgentRuntime", "DeliveryOptions", "Notification", "Operator", "TurnHandle"]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
 from .handover import Handovers, Prefetches
+
+if TYPE_CHECKING:
+    from .notifications import Notifications
 
 __all__ = ["RuntimeContext", "current", "install", "uninstall", "workflow_task"]
 
@@ -41,6 +44,9 @@ class RuntimeContext:
     workflows: set[asyncio.Task[Any]] = field(default_factory=set)
     """The tasks of this runtime's workflows running in this process right now, parked ones
     included (``workflow_task``): a shutdown cancels those still running."""
+    notes: Notifications | None = None
+    """The runtime's notification hooks (``notifications.py``): which events of parked calls
+    the commits write to the outbox."""
 
     def dbos(self) -> Any:
         """DBOS, or this context's messenger: ``send_async`` and ``cancel_workflow_async``."""

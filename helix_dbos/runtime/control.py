@@ -13,10 +13,10 @@ from typing import Any
 from ..core.events import event
 from ..core.session import PendingCall, SessionState, batch_of, stop_pending, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError
-from ..observability import metrics
+from ..observability import approval_metrics, metrics
 from ..observability.log import log_event
 from ..store.store import NoChange, now_ms
-from . import names, records
+from . import names, notes, records
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .records import STASH_KEY, EntryStash
@@ -103,6 +103,8 @@ async def stop_tree(
             rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
             rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
         await ctx.store.record_usage(rows, conn)
+        cleared = [(state.session_id, entry) for state, entry in stopped]
+        await notes.write(conn, notes.stop_rows(root_id, cleared, at), in_commit=False)
         for sid in ended:
             await ctx.store.append_events(
                 sid,
@@ -129,6 +131,8 @@ async def stop_tree(
             deadlineAt=entry.deadline_at,
             abort=abort,
         )
+        if entry.submitted_at is None:  # an answered call was no longer waiting
+            approval_metrics.record_outcome(entry.tool_name, "stopped", at - entry.registered_at)
     for sid in ended:
         # The stopped turn's workflow is cancelled and cannot log its own summary line.
         mine = [entry for state, entry in stopped if state.session_id == sid]
@@ -140,6 +144,7 @@ async def stop_tree(
             stoppedCalls=len(mine),
             waitMs=sum(at - e.registered_at for e in mine),
         )
+        approval_metrics.record_turn(outcome)
     return saved.get(tree[0].session_id, tree[0])
 
 

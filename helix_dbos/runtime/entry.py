@@ -20,6 +20,7 @@ from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
+from ..core.owner import SessionOwner
 from ..core.session import CallKind, PendingCall, SessionState
 from ..errors import AgentAlreadyRunningError, SessionNotFoundError
 from ..store.store import NoChange, Prior, SessionStore, guard
@@ -129,6 +130,7 @@ async def open_turn(
     metadata: dict[str, Any] | None = None,
     workflow_id: str | None = None,
     new: bool = False,
+    owner: SessionOwner | None = None,
 ) -> EntryInputs:
     """Claim ``session_id`` for a new turn (creating it if new) and commit its entry.
 
@@ -137,7 +139,8 @@ async def open_turn(
     as the turn's own input. ``workflow_id`` is the workflow that
     runs the turn (default: the turn's own, ``names.turn_workflow_id``). ``new``: the caller
     made ``session_id`` up just now, so it is not read first (a session that exists after all
-    fails the insert with ``IntegrityError``).
+    fails the insert with ``IntegrityError``). ``owner``: who starts the session, recorded if
+    it is created here (an existing session keeps its own).
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running (retryable) or parked
@@ -167,6 +170,8 @@ async def open_turn(
                 run_id=turn_id,
                 workflow_id=workflow_id,
                 metadata=metadata or {},
+                principal=owner.principal if owner else None,
+                tenant=owner.tenant if owner else None,
             ),
             conn,
         )
@@ -242,11 +247,13 @@ async def _start_child(
     store = current().store
     conn = await step_connection()
 
-    def parent_live(states: dict[str, SessionState]) -> None:
-        guard(states[parent_session_id], parent_run_id, ("running",))
-        raise NoChange(None)
+    def parent_live(states: dict[str, SessionState]) -> SessionOwner:
+        parent = states[parent_session_id]
+        guard(parent, parent_run_id, ("running",))
+        # A sub-agent belongs to whoever owns its parent.
+        raise NoChange(SessionOwner(parent.principal, parent.tenant))
 
-    await store.update([parent_session_id], parent_live, conn=conn)
+    _, owner = await store.update([parent_session_id], parent_live, conn=conn)
     await open_turn(
         store,
         conn,
@@ -256,5 +263,6 @@ async def _start_child(
         message=message,
         root_session_id=root_session_id,
         parent_session_id=parent_session_id,
+        owner=owner,
     )
     return {"sessionId": session_id}

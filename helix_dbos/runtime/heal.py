@@ -48,6 +48,7 @@ from ..core.session import (
     is_batch_ready_at_last_submit,
     stop_pending,
 )
+from ..observability import approval_metrics
 from ..observability.log import log_event
 from ..store.store import NoChange, now_ms, patience
 from . import names, records
@@ -289,6 +290,7 @@ async def _end(
         state.run_id,
         [event("turn_end", outcome=outcome, **({"error": error} if error else {}))],
     )
+    approval_metrics.record_turn(outcome)
     return Repair(state.session_id, state.workflow_id, status, action)
 
 

@@ -53,7 +53,7 @@ from ..errors import (
 )
 from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
 from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
-from . import names
+from . import names, notes
 from .context import current, workflow_task
 from .entry import ACTIVE_STATUSES, unpaired_tool_calls
 from .once import FENCED, exactly_once, step_connection
@@ -381,6 +381,7 @@ async def apply_lifecycle(
     if entries:
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
+    await notes.write(conn, notes.park_rows(session_id, state.root_session_id, call_plan, entries))
     committed: ModelStepResult | None = None
     if plan.batch:
         last = next(m for m in reversed(plan.desired) if isinstance(m, LogRow))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from dbos import DBOS
@@ -33,6 +34,7 @@ from .records import FENCED_KEY, CheckpointKind, FencedResult
 __all__ = [
     "FENCED",
     "OnceStep",
+    "after_commit",
     "commit_once",
     "exactly_once",
     "marker",
@@ -46,6 +48,30 @@ P = ParamSpec("P")
 FENCED: Final = FENCED_KEY
 """The key of a step result whose commit was fenced: ``{"fenced": <reason>}``
 (``records.FencedResult``)."""
+
+
+#: The effects the running commit's body asked for once it lands (``after_commit``).
+_effects: ContextVar[list[Callable[[], None]] | None] = ContextVar("helix_effects", default=None)
+
+
+def after_commit(effect: Callable[[], None]) -> None:
+    """Within an exactly-once commit's body: run ``effect`` once the commit has landed.
+
+    For effects of this process only (live metrics): never for an attempt rolled back and
+    retried, never for an execution that returns the recorded result (a replay). An effect
+    that raises is dropped; the commit stands.
+    """
+    effects = _effects.get()
+    assert effects is not None, "only inside an exactly-once step commit"
+    effects.append(effect)
+
+
+def _run_effects(effects: list[Callable[[], None]]) -> None:
+    for effect in effects:
+        try:
+            effect()
+        except Exception:  # an observation must never fail the turn whose write committed
+            continue
 
 
 async def step_connection() -> AsyncConnection:
@@ -97,10 +123,12 @@ async def commit_once(
     """
     store = current().store
     attempts_made = 0
+    effects: list[Callable[[], None]] = []
 
     async def attempt(conn: AsyncConnection) -> R:
         nonlocal attempts_made
         attempts_made += 1
+        effects.clear()  # what an attempt rolled back asked for is not done
         if read_first or attempts_made > 1:
             done = await store.get_checkpoint(slot, conn)
             if done is not None:
@@ -120,8 +148,9 @@ async def commit_once(
         )
         return result
 
+    token = _effects.set(effects)
     try:
-        return await store.transact(
+        committed = await store.transact(
             attempt,
             attempts=attempts,
             retry_event=retry_event,
@@ -129,6 +158,8 @@ async def commit_once(
             log_fields={"sessionIds": session_ids or [session_id]},
             lean=lean,
         )
+        _run_effects(effects)
+        return committed
     except Fenced:
         if read_first:
             raise
@@ -143,6 +174,8 @@ async def commit_once(
         if done is None:
             raise
         return done["state"]["result"]  # type: ignore[no-any-return]
+    finally:
+        _effects.reset(token)
 
 
 def _session_ids(arguments: dict[str, Any], session_param: str) -> list[str]:

@@ -38,6 +38,7 @@ from dbos import DBOS, SetWorkflowID
 from sqlalchemy.exc import IntegrityError
 
 from ..core.clock import now_ms
+from ..core.owner import SessionOwner
 from ..core.session import SessionState
 from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
@@ -166,9 +167,17 @@ class Entered:
 
 
 async def deliver(
-    ctx: RuntimeContext, session_id: str, agent_type: str, message: str | None, run_id: str
+    ctx: RuntimeContext,
+    session_id: str,
+    agent_type: str,
+    message: str | None,
+    run_id: str,
+    *,
+    owner: SessionOwner | None = None,
 ) -> Entered:
     """Claim ``session_id`` for ``run_id`` and hand the turn to its live workflow, or start one.
+
+    ``owner``: recorded if the session is created.
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running or parked (as for a
@@ -212,6 +221,7 @@ async def deliver(
             message=message,
             workflow_id=workflow_id,
             metadata={records.PERSISTENT_KEY: _mark(workflow_id)} if existing is None else None,
+            owner=owner,
         )
         state = entered.state
         if live is None:

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from ..core.agents import Agent
 from ..core.messages import ToolCall
+from ..core.tools import Tool
 from .records import PlanItem, PlanKind
 
 __all__ = ["SUSPENDING_KINDS", "plan_calls"]
@@ -19,7 +20,8 @@ SUSPENDING_KINDS = ("client", "approval")
 def plan_calls(agent: Agent, calls: list[ToolCall]) -> list[PlanItem]:
     """Each call in the model's order, with its ``kind``: ``server``, ``client``, ``approval``,
     ``subagent``, or ``invalid`` (unknown tool or bad arguments: it never runs and the model
-    gets a failed result). Suspending calls carry their deadline in ``timeoutSeconds``."""
+    gets a failed result). Suspending calls carry their deadline in ``timeoutSeconds``, and their
+    tool's ``onTimeout`` and ``remindBefore`` when it has them."""
     return [_plan_call(agent, index, call) for index, call in enumerate(calls)]
 
 
@@ -48,7 +50,18 @@ def _plan_call(agent: Agent, index: int, call: ToolCall) -> PlanItem:
         # ``subagent_tool`` always names the child's agent type.
         return {**item("subagent"), "subagent": cast(str, tool.subagent)}
     if tool.execution == "client":
-        return {**item("client"), "timeoutSeconds": agent.deadline_seconds(tool)}
+        return _waits(item("client"), agent, tool)
     if tool.require_approval:
-        return {**item("approval"), "timeoutSeconds": agent.deadline_seconds(tool)}
+        return _waits(item("approval"), agent, tool)
     return item("server")
+
+
+def _waits(item: PlanItem, agent: Agent, tool: Tool) -> PlanItem:
+    """A suspending call with its deadline, and its tool's expiry policy and reminder when it
+    has them (recorded with the plan: the park registers them from here)."""
+    item["timeoutSeconds"] = agent.deadline_seconds(tool)
+    if tool.on_timeout is not None:
+        item["onTimeout"] = tool.on_timeout
+    if tool.remind_before is not None:
+        item["remindBefore"] = tool.remind_before
+    return item

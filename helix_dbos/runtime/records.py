@@ -143,6 +143,11 @@ class PlanItem(TypedDict):
     """``subagent`` only: the agent type of the child."""
     timeoutSeconds: NotRequired[float]
     """``client`` and ``approval`` only: how long the turn waits for the answer."""
+    onTimeout: NotRequired[dict[str, Any]]
+    """``client`` and ``approval`` only: the tool's expiry policy, when not the default
+    (``core/expiry.py``)."""
+    remindBefore: NotRequired[float]
+    """``client`` and ``approval`` only: seconds before the deadline of its reminder."""
 
 
 class ModelStepResult(TypedDict):
@@ -189,6 +194,9 @@ class ToolResult(TypedDict):
     deadlineAt: NotRequired[int]
     runInput: NotRequired[dict[str, Any]]
     """An approved approval's input, before its tool runs (never committed)."""
+    onTimeout: NotRequired[str]
+    """An expired call (``outcome: "timeout"``): the policy applied, ``error``, ``deny``,
+    ``approve`` or ``result`` (``core/expiry.py``)."""
 
 
 WokenAnswers = dict[str, int]

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from .records import ToolCallRef, ToolResult
 
-__all__ = ["resolve_call"]
+__all__ = ["call_outcome", "end_fields", "resolve_call"]
 
 
 def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool) -> ToolResult:
@@ -34,8 +34,8 @@ def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool)
     deadline: int = entry["deadlineAt"]
     submitted = entry.get("submittedAt")
     if submitted is None:
-        # No answer: a new message abandoned it, or its deadline lapsed (a timeout is never a
-        # denial, even for an approval).
+        # No answer: a new message abandoned it, or its deadline lapsed (the call expired: what
+        # that means is the tool's policy, ``_expired``).
         if abandon:
             return {
                 "toolCallId": tcid,
@@ -47,16 +47,7 @@ def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool)
                 "errorCode": "client_tool_abandoned",
                 "waitMs": 0,
             }
-        return {
-            "toolCallId": tcid,
-            "toolName": name,
-            "suspended": True,
-            "deadlineAt": deadline,
-            "ok": False,
-            "outcome": "timeout",
-            "errorCode": "client_tool_timeout",
-            "waitMs": deadline - entry["registeredAt"],
-        }
+        return _expired(tcid, name, entry)
     wait_ms: int = submitted - entry["registeredAt"]
     response = entry.get("response") or {}
 
@@ -108,3 +99,60 @@ def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool)
         "runInput": response["editedInput"] if "editedInput" in response else entry["input"],
     }
     return cast("ToolResult", approved)
+
+
+def _expired(tcid: str, name: str, entry: dict[str, Any]) -> ToolResult:
+    """The result of a call whose deadline lapsed, by the policy recorded on its entry.
+
+    Always ``outcome: "timeout"`` (the recorded name of an expiry) with ``onTimeout``, the
+    policy applied: ``error`` (``client_tool_timeout``, the default; a lapse is never a
+    denial unless the tool says so), ``deny`` (``approval_expired``: the model reads a
+    denial whose reason says the approval expired), ``approve`` (``runInput``: the tool runs
+    with the call's arguments) or ``result`` (the tool's default result, as if answered).
+    """
+    policy = entry.get("onTimeout") or {}
+    action = policy.get("action", "error")
+    expired: dict[str, Any] = {
+        "toolCallId": tcid,
+        "toolName": name,
+        "suspended": True,
+        "deadlineAt": entry["deadlineAt"],
+        "outcome": "timeout",
+        "onTimeout": action,
+        "waitMs": entry["deadlineAt"] - entry["registeredAt"],
+    }
+    if action == "approve":
+        expired["runInput"] = entry["input"]  # no ``ok`` yet: the tool's to say
+    elif action == "result":
+        expired.update(ok=True, result=policy.get("result"))
+    elif action == "deny":
+        expired.update(ok=False, errorCode="approval_expired")
+    else:
+        expired.update(ok=False, onTimeout="error", errorCode="client_tool_timeout")
+    return cast("ToolResult", expired)
+
+
+def call_outcome(result: ToolResult) -> str | None:
+    """How a suspended call's wait ended, for the stream and the log: ``answered`` (a
+    client's result or error, or an approval given), ``denied`` (a human refused it),
+    ``expired`` (its deadline lapsed, whatever the policy made of it) or ``abandoned``;
+    ``None`` for a call that never waited."""
+    if not result.get("suspended"):
+        return None
+    outcome = result.get("outcome")
+    if outcome == "timeout":
+        return "expired"
+    if outcome == "answered":
+        return "denied" if result.get("errorCode") == "approval_denied" else "answered"
+    return "abandoned" if outcome == "abandoned" else None
+
+
+def end_fields(result: ToolResult) -> dict[str, Any]:
+    """What a ``tool_end`` event adds for a suspended call: ``outcome`` (``call_outcome``)
+    and, for an expired call, ``onTimeout`` (the policy applied)."""
+    outcome = call_outcome(result)
+    if outcome is None:
+        return {}
+    if outcome == "expired":
+        return {"outcome": outcome, "onTimeout": result.get("onTimeout", "error")}
+    return {"outcome": outcome}

@@ -17,9 +17,12 @@ from ..core.agents import Agent, AgentRegistry
 from ..core.clock import now_ms
 from ..core.events import SessionEvent
 from ..core.messages import Message
+from ..core.owner import SessionOwner, checked_owner
 from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
 from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
+from ..observability.approval_metrics import ApprovalMetrics, activate, deactivate
 from ..observability.log import log_event, set_service_name
+from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage, ApprovalQuery, list_approvals
 from ..store.migrate import head_revision, require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records
@@ -28,6 +31,7 @@ from .entry import open_turn, waiting_for
 from .fleet import Fleet
 from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
+from .notifications import NotificationHooks, Notifications
 from .notify import EventSignals
 from .startup import StartupFacts, count_recoverable, log_started, startup_facts
 from .submit import MISSING, Submission, submit
@@ -89,7 +93,7 @@ class TurnHandle:
         return out
 
 
-class AgentRuntime:
+class AgentRuntime(NotificationHooks):
     """The durable agent runtime of one process.
 
     Args:
@@ -126,6 +130,11 @@ class AgentRuntime:
         """More fields for the ``runtime.started`` line (the HTTP router adds ``auth``)."""
         self.startup: StartupFacts | None = None
         """What ``launch`` logged as ``runtime.started`` (after ``launch``)."""
+        self.notifications = Notifications()
+        """The notification hooks (``on_pending`` ...) and their delivery (docs/approvals.md)."""
+        self.metrics = ApprovalMetrics()
+        """The live Prometheus metrics, in a registry of this runtime's own (``live_metrics``;
+        replace before ``launch`` to register them elsewhere)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -183,14 +192,18 @@ class AgentRuntime:
             store=store,
             scrubber=self.scrubber,
             client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
+            notes=self.notifications,
         )
         self.fleet = Fleet(s, store)
         await self.fleet.register()
         # Recovery at launch replays parked turns, which look the context up: install first.
         context.install(self._ctx)
+        activate(self.metrics)
         recovering = await count_recoverable(store, s, self.fleet.schema)
         DBOS.launch()
         self.fleet.start()
+        reminders = any(t.remind_before is not None for a in self.registry for t in a.tools)
+        self.notifications.start(store, reminders=reminders)
         # The first sweep adopts dead executors' turns: wait for it (a heartbeat at most) so
         # the startup line says how many came back either way.
         adopted = await self.fleet.first_sweep(s.heartbeat_seconds)
@@ -226,6 +239,7 @@ class AgentRuntime:
             except (TimeoutError, asyncio.CancelledError):
                 self._healer.cancel()
             self._healer = None
+        await self.notifications.stop()
         if self.fleet is not None:
             await self.fleet.pause()
         await self._drain(grace_seconds)
@@ -239,6 +253,7 @@ class AgentRuntime:
         if self._ctx is not None:
             await self._ctx.store.close()
         context.uninstall()
+        deactivate(self.metrics)
         self._ctx = None
 
     async def _drain(self, grace_seconds: float) -> None:
@@ -302,9 +317,18 @@ class AgentRuntime:
     # -- entries ----------------------------------------------------------------------------
 
     async def start(
-        self, agent_type: str, message: str, session_id: str | None = None
+        self,
+        agent_type: str,
+        message: str,
+        session_id: str | None = None,
+        *,
+        principal: str | None = None,
+        tenant: str | None = None,
     ) -> TurnHandle:
         """Start a turn: a new session, or the next turn of an idle/ended session.
+
+        ``principal`` and ``tenant``: who starts the session, recorded on a NEW session (and
+        inherited by its sub-agents); the next turn of an existing session keeps its owner.
 
         Raises:
             AgentNotFoundError: no such agent.
@@ -312,23 +336,30 @@ class AgentRuntime:
                 (not retryable; ``waitingFor`` and ``awaitedToolCallIds`` name the calls).
         """
         self.registry.get(agent_type)
+        owner = SessionOwner(checked_owner(principal, "principal"), checked_owner(tenant, "tenant"))
         sid = session_id or records.new_session_id()
-        return await self._enter(sid, agent_type, message, new=session_id is None)
+        return await self._enter(sid, agent_type, message, new=session_id is None, owner=owner)
 
     async def _enter(
-        self, session_id: str, agent_type: str, message: str | None, *, new: bool = False
+        self,
+        session_id: str,
+        agent_type: str,
+        message: str | None,
+        *,
+        new: bool = False,
+        owner: SessionOwner | None = None,
     ) -> TurnHandle:
         """Claim the session for a new run, commit its entry and start its turn.
 
         ``new``: the caller made the session id up (``start`` without one): see
-        ``_enter_new``.
+        ``_enter_new``. ``owner``: recorded if the session is created.
         """
         turn_id = records.new_run_id()
         if self.registry.get(agent_type).persistent:
-            return await self._enter_persistent(session_id, agent_type, message, turn_id)
+            return await self._enter_persistent(session_id, agent_type, message, turn_id, owner)
         if new:
-            return await self._enter_new(session_id, agent_type, message, turn_id)
-        entry = await self._open(session_id, agent_type, message, turn_id, new=False)
+            return await self._enter_new(session_id, agent_type, message, turn_id, owner)
+        entry = await self._open(session_id, agent_type, message, turn_id, new=False, owner=owner)
         # The claim is committed; a crash before the workflow below starts leaves it without a
         # workflow, and the reconciler (``heal``) starts that workflow under the same id. The
         # workflow starts only now: a refused claim (the session is busy) leaves none behind.
@@ -352,7 +383,14 @@ class AgentRuntime:
         return TurnHandle(session_id, turn_id, workflow_id, workflow)
 
     async def _open(
-        self, session_id: str, agent_type: str, message: str | None, turn_id: str, *, new: bool
+        self,
+        session_id: str,
+        agent_type: str,
+        message: str | None,
+        turn_id: str,
+        *,
+        new: bool,
+        owner: SessionOwner | None = None,
     ) -> EntryInputs:
         """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
         try:
@@ -365,6 +403,7 @@ class AgentRuntime:
                     turn_id=turn_id,
                     message=message,
                     new=new,
+                    owner=owner,
                 ),
                 lean=True,
             )
@@ -375,7 +414,12 @@ class AgentRuntime:
             ) from None
 
     async def _enter_new(
-        self, session_id: str, agent_type: str, message: str | None, turn_id: str
+        self,
+        session_id: str,
+        agent_type: str,
+        message: str | None,
+        turn_id: str,
+        owner: SessionOwner | None = None,
     ) -> TurnHandle:
         """A new session's first turn: its entry commits while DBOS starts its workflow.
 
@@ -392,7 +436,9 @@ class AgentRuntime:
             _start_turn(workflow_id, session_id, turn_id, agent_type, session_id)
         )
         try:
-            entry = await self._open(session_id, agent_type, message, turn_id, new=True)
+            entry = await self._open(
+                session_id, agent_type, message, turn_id, new=True, owner=owner
+            )
         except BaseException:
             handover.set_result(None)  # the turn ends at once
             # Not awaited: with the database down, DBOS's start waits for it to come back,
@@ -421,10 +467,17 @@ class AgentRuntime:
         log_event("turn.start_failed", workflowId=workflow_id, error=error)
 
     async def _enter_persistent(
-        self, session_id: str, agent_type: str, message: str | None, turn_id: str
+        self,
+        session_id: str,
+        agent_type: str,
+        message: str | None,
+        turn_id: str,
+        owner: SessionOwner | None = None,
     ) -> TurnHandle:
         """A persistent session's message: to its live workflow's inbox, or a new workflow."""
-        entered = await persistent.deliver(self.ctx, session_id, agent_type, message, turn_id)
+        entered = await persistent.deliver(
+            self.ctx, session_id, agent_type, message, turn_id, owner=owner
+        )
         self._remember(entered.workflow_id, entered.workflow)
         if entered.delivery == "delivered" and self.fleet is not None:
             # The live workflow's process may be gone: adopt it now, not at the next sweep.
@@ -679,7 +732,47 @@ class AgentRuntime:
         }
         if top.error:
             body["error"] = top.error
+        for key, value in (("principal", top.principal), ("tenant", top.tenant)):
+            if value is not None:
+                body[key] = value
         return body
+
+    async def approvals(
+        self,
+        *,
+        tool: str | None = None,
+        session_id: str | None = None,
+        principal: str | None = None,
+        tenant: str | None = None,
+        older_than: float | None = None,
+        deadline_before: int | None = None,
+        limit: int = APPROVALS_PAGE_DEFAULT,
+        cursor: str | None = None,
+    ) -> ApprovalPage:
+        """The approval inbox: approvals waiting for a human across sessions, oldest first.
+
+        Every filter given must hold: ``tool``; ``session_id`` (the session that raised the
+        call, or its root); ``principal`` and ``tenant`` (the session's owner); ``older_than``
+        (waited at least that many seconds); ``deadline_before`` (expires before that time,
+        epoch ms). A page holds at most ``limit`` approvals; pass its ``next_cursor`` as
+        ``cursor`` for the next page. Answer one with ``submit_tool_result`` on its
+        ``root_session_id`` (kind ``approval-response`` with its ``approval_id``).
+
+        Raises:
+            RequestValidationError: a limit outside 1..500, a negative duration, a cursor
+                this inbox did not give out.
+        """
+        query = ApprovalQuery(
+            tool=tool,
+            session_id=session_id,
+            principal=principal,
+            tenant=tenant,
+            older_than_ms=None if older_than is None else round(older_than * 1000),
+            deadline_before=deadline_before,
+            limit=limit,
+            cursor=cursor,
+        )
+        return await list_approvals(self.store, query, now_ms())
 
     async def wait(
         self,

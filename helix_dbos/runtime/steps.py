@@ -22,7 +22,7 @@ from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone, args_digest, stop_pending
 from ..errors import HelixError, ProviderError, SessionNotFoundError, with_details
-from ..observability import metrics
+from ..observability import approval_metrics, metrics
 from ..observability.log import log_event
 from ..store.faults import is_transient
 from ..store.store import (
@@ -34,12 +34,12 @@ from ..store.store import (
     guard,
     now_ms,
 )
-from . import names
+from . import names, notes
 from .context import current
 from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
 from .handover import EntryInputs, Resumption
-from .once import FENCED, commit_once, exactly_once, marker, step_connection
+from .once import FENCED, after_commit, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
     STASH_KEY,
@@ -56,7 +56,7 @@ from .records import (
     TurnSummary,
     WokenAnswers,
 )
-from .resolve import resolve_call
+from .resolve import end_fields, resolve_call
 
 __all__ = [
     "collect_answers",
@@ -308,6 +308,7 @@ def _pending_entries(
             registered_at=at_ms,
             completed_retention_ms=retention_ms,
             approval_id=names.approval_id(run_id, tcid) if item["kind"] == "approval" else None,
+            on_timeout=item.get("onTimeout"),
             args_digest=args_digest(item["toolName"], item["input"])
             if item["kind"] == "approval"
             else None,
@@ -409,7 +410,10 @@ async def _commit_model(
         new_events.append(event("suspended", toolCallIds=list(entries), reason=_reason(entries)))
     if final_summary is not None:
         new_events.append(event("turn_end", outcome="completed", text=response.text))
+        after_commit(lambda: approval_metrics.record_turn("completed"))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
+    # The hooks' events of the parked calls, in this transaction (``notes.py``).
+    await notes.write(conn, notes.park_rows(session_id, root_session_id, plan, entries))
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
 
 
@@ -507,7 +511,10 @@ def await_visible(owner: SessionState, woken: WokenAnswers, at: int) -> None:
 
 
 def tool_result_message(result: ToolResult) -> Message:
-    """The tool message the model reads for one call's outcome."""
+    """The tool message the model reads for one call's outcome. An expired call's row also
+    says so (``meta.expired``: the policy applied), which the model does not read."""
+    expired = result.get("outcome") == "timeout"
+    meta = {"expired": {"onTimeout": result.get("onTimeout", "error")}} if expired else None
     if result.get("ok"):
         value = result.get("result")
         return Message(
@@ -516,6 +523,7 @@ def tool_result_message(result: ToolResult) -> Message:
             tool_name=result["toolName"],
             content=json.dumps(value),
             result=value,
+            meta=meta,
         )
     code = result.get("errorCode")
     text = result.get("error") or humanize_client_tool_error(code or "", result["toolName"])
@@ -526,6 +534,7 @@ def tool_result_message(result: ToolResult) -> Message:
         content=text,
         is_error=True,
         error_code=code,
+        meta=meta,
     )
 
 
@@ -639,6 +648,10 @@ async def commit_results(
         if r["outcome"] == "timeout":
             usage_rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
     await ctx.store.record_usage(usage_rows, conn)
+    await notes.write(
+        conn, notes.settle_rows(session_id, root_session_id, run_id, plan, suspended, at)
+    )
+    after_commit(lambda: approval_metrics.record_results(suspended))
     end_events = []
     for r in results:
         data: dict[str, Any] = {"toolCallId": r["toolCallId"], "toolName": r["toolName"]}
@@ -649,6 +662,7 @@ async def commit_results(
             # verbatim), ``errorCode`` the machine code for aggregation.
             data["error"] = tool_result_message(r).content
             data["errorCode"] = r.get("errorCode") or "tool_error"
+        data.update(end_fields(r))  # how a suspended call's wait ended
         end_events.append(event("tool_end", **data))
     if stash and stash.get("message"):
         end_events.append(event("user_message", text=stash["message"]))
@@ -674,6 +688,7 @@ def log_settled(session_id: str, run_id: str, results: list[ToolResult]) -> None
                 toolCallId=r["toolCallId"],
                 toolName=r["toolName"],
                 deadlineAt=r.get("deadlineAt"),
+                policy=r.get("onTimeout", "error"),
             )
 
 
@@ -730,17 +745,20 @@ async def finish_turn(
     root_id = root_session_id or session_id
     at = now_ms()
 
-    def finish(states: dict[str, SessionState]) -> None:
+    def finish(states: dict[str, SessionState]) -> list[PendingCall]:
         owner, root = states[session_id], states[root_id]
         guard(owner, run_id, ACTIVE_STATUSES)
-        stop_pending(owner, root, at)
+        cleared = stop_pending(owner, root, at)
         end({session_id: owner})
+        return cleared
 
-    await ctx.store.update([session_id, root_id], finish, conn=conn)
+    _, cleared = await ctx.store.update([session_id, root_id], finish, conn=conn)
+    await notes.write(conn, notes.stop_rows(root_id, [(session_id, e) for e in cleared], at))
     await ctx.store.append_events(
         session_id,
         run_id,
         [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],
         conn,
     )
+    after_commit(lambda: approval_metrics.record_turn(outcome))
     return {"outcome": outcome, "summary": summary}

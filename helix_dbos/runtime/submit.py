@@ -30,15 +30,17 @@ from ..core.session import (
 from ..errors import (
     ApprovalMismatchError,
     ErrorCode,
+    HelixError,
     InvalidResultError,
     PayloadTooLargeError,
     RequestValidationError,
     RunSupersededError,
     SessionNotFoundError,
 )
+from ..observability import approval_metrics
 from ..observability.log import describe_issues, log_event
 from ..store.store import NoChange, Prior, RetryTransaction, now_ms
-from . import names
+from . import names, notes
 from .context import RuntimeContext
 from .entry import ACTIVE_STATUSES
 from .records import TurnMessage
@@ -232,8 +234,17 @@ async def precheck(ctx: RuntimeContext, sub: Submission) -> None:
 
     A host that stores several answers of one request checks them all first, so one refused
     answer refuses the whole request (the seed's rule). Answers ``submit`` would not store
-    (an unknown or answered call) pass: ``submit`` answers them without a write.
+    (an unknown or answered call) pass: ``submit`` answers them without a write. A refusal is
+    counted like ``submit`` counts its own.
     """
+    try:
+        await _precheck(ctx, sub)
+    except HelixError as exc:
+        approval_metrics.record_refusal(exc)
+        raise
+
+
+async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
     _check(sub, ctx)
     root = await ctx.store.load(sub.session_id)
     owner_id = root.ownership.get(sub.tool_call_id) if root is not None else None
@@ -322,6 +333,22 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
 
 
 async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
+    """Store one answer and wake the owning turn (``_submit``); count its answer.
+
+    The live metrics count every submit by its call's tool and what it answered: the
+    continuation of an accepted answer, ``already_completed``, ``unknown_tool_call`` (or its
+    reason), or the code of the refusal it raised.
+    """
+    try:
+        answer, tool = await _submit(ctx, sub)
+    except HelixError as exc:
+        approval_metrics.record_refusal(exc)
+        raise
+    approval_metrics.record_answer(tool, answer)
+    return answer
+
+
+async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, str]:
     """Store one answer and wake the owning turn; see the module docstring for the order.
 
     The root's row routes the call (the owner is the root itself unless a sub-agent made the
@@ -329,6 +356,8 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
     wake-up message enlisted with it. The root is read once, unlocked, and the transaction
     swaps from it (``store.Prior``): on the common path a submit is that read and one
     statement, with no transaction around it.
+
+    Returns the answer and the call's tool (empty when the call was not found).
     """
     _check(sub, ctx)
     store = ctx.store
@@ -377,6 +406,9 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
             return verdict
         assert verdict.owner is not None and verdict.entry is not None
         owner = saved[verdict.owner.session_id]
+        # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
+        rows = notes.answer_rows(owner, owner.pending[tcid], verdict.at)
+        await notes.write(conn, rows, in_commit=False)
         sent = "skipped"
         if owner.workflow_id is not None:
             if not enlist:
@@ -419,28 +451,30 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
             code=ErrorCode.UNKNOWN_TOOL_CALL.value,
             reason=verdict.reason,
         )
-        return _unknown(tcid)
+        return _unknown(tcid), ""
     if verdict.outcome == "tombstone":
         if verdict.reason == "stopped":
-            return _unknown(tcid, "run_stopped")
+            return _unknown(tcid, "run_stopped"), ""
         if verdict.reason == "timeout":
-            return _late(sub, verdict.run_id, completedAt=verdict.at, submittedAt=now_ms())
-        return SubmitAnswer(
+            return _late(sub, verdict.run_id, completedAt=verdict.at, submittedAt=now_ms()), ""
+        answered = SubmitAnswer(
             status="already_completed",
             continuation=Continuation(kind="consumed"),
             tool_call_id=tcid,
         )
+        return answered, ""
     assert owner is not None and entry is not None
     if verdict.outcome == "lapsed":
-        return _late(
+        late = _late(
             sub,
             entry.run_id,
             toolName=entry.tool_name,
             deadlineAt=entry.deadline_at,
             submittedAt=verdict.at,
         )
+        return late, entry.tool_name
     if verdict.outcome == "duplicate":
-        return await _duplicate(ctx, owner, entry)
+        return await _duplicate(ctx, owner, entry), entry.tool_name
     log_event(
         "client_tool.submitted",
         sessionId=sub.session_id,
@@ -464,12 +498,13 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
     elif verdict.sent in ("unavailable", "failed"):
         # The answer is stored; its wake-up could not ride in the transaction: send it now.
         await wake_answered(ctx, owner, entry)
-    return SubmitAnswer(
+    accepted = SubmitAnswer(
         status="accepted",
         continuation=continuation,
         tool_call_id=tcid,
         owner_workflow_id=owner.workflow_id,
     )
+    return accepted, entry.tool_name
 
 
 def _late(sub: Submission, run_id: str | None, **fields: Any) -> SubmitAnswer:

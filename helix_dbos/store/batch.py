@@ -2,8 +2,9 @@
 
 Inside a transaction bound by ``SessionStore.transact``, the writes whose caller needs nothing
 back from the database are queued here instead of being sent one by one: new session rows,
-compare-and-swaps of session rows, messages, usage rows, events, checkpoints, and the
-messages to DBOS workflows that must commit with them (``notify``). ``flush``
+compare-and-swaps of session rows, messages, usage rows, events, checkpoints, the
+messages to DBOS workflows that must commit with them (``notify``), and the rows of the
+notification outbox (``outbox``). ``flush``
 sends them all as one data-modifying statement (``WITH ... INSERT ... UPDATE ...``, every
 table's rows as one ``jsonb_to_recordset`` parameter), and ``transact`` flushes before COMMIT.
 
@@ -52,6 +53,7 @@ __all__ = [
     "EVENTS",
     "MESSAGES",
     "NOTIFICATIONS",
+    "OUTBOX",
     "STATES",
     "STATE_COLUMNS",
     "USAGE",
@@ -68,7 +70,10 @@ USAGE = "usage"
 EVENTS = "events"
 CHECKPOINTS = "checkpoints"
 NOTIFICATIONS = "notifications"
-ALL: frozenset[str] = frozenset({STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS})
+OUTBOX = "outbox"
+ALL: frozenset[str] = frozenset(
+    {STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS, OUTBOX}
+)
 
 #: DBOS's name of its portable (plain JSON) serialization, which every DBOS client reads.
 PORTABLE_JSON = "portable_json"
@@ -89,6 +94,8 @@ STATE_COLUMNS = (
     "metadata",
     "error",
     "latest_checkpoint_id",
+    "principal",
+    "tenant",
 )
 _STATE_TYPES = {
     "agent_type": "text",
@@ -103,6 +110,8 @@ _STATE_TYPES = {
     "metadata": "jsonb",
     "error": "jsonb",
     "latest_checkpoint_id": "text",
+    "principal": "text",
+    "tenant": "text",
 }
 _STATE_DEFS = ", ".join(f"{c} {t}" for c, t in _STATE_TYPES.items())
 
@@ -212,6 +221,21 @@ _PARTS: dict[str, str] = {
         ORDER BY r.i
         ON CONFLICT (message_uuid) DO NOTHING
     )""",
+    # The events of parked calls an app's hooks are told (``store/outbox.py``); a second row
+    # with the same key (a replayed commit) is dropped.
+    "outbox": """
+    new_outbox AS (
+        INSERT INTO __agents_notifications (event_key, kind, session_id, root_session_id,
+            run_id, tool_call_id, tool_name, payload, created_at, due_at, attempts, state)
+        SELECT r.event_key, r.kind, r.session_id, r.root_session_id, r.run_id, r.tool_call_id,
+            r.tool_name, r.payload, r.created_at, r.due_at, 0, 'queued'
+        FROM jsonb_to_recordset(%(outbox)s::jsonb) AS r(i integer, event_key text, kind text,
+            session_id text, root_session_id text, run_id text, tool_call_id text,
+            tool_name text, payload jsonb, created_at bigint, due_at bigint)
+        WHERE TRUE /*guard*/
+        ORDER BY r.i
+        ON CONFLICT (event_key) DO NOTHING
+    )""",
 }
 _EVENTS_SWAPPED = """
     new_events AS (
@@ -267,6 +291,7 @@ class WriteBatch:
         "_events",
         "_messages",
         "_notifications",
+        "_outbox",
         "_queued_messages",
         "_rows",
         "_seq",
@@ -283,6 +308,7 @@ class WriteBatch:
         self._events: list[dict[str, Any]] = []
         self._checkpoints: list[dict[str, Any]] = []
         self._notifications: list[dict[str, Any]] = []
+        self._outbox: list[dict[str, Any]] = []
         self._queued_messages: dict[str, int] = {}
         self._seq: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -393,6 +419,12 @@ class WriteBatch:
         )
         self._dirty.add(NOTIFICATIONS)
 
+    def outbox(self, rows: list[dict[str, Any]]) -> None:
+        """Queue notification rows (``store/outbox.py``), in order."""
+        for row in rows:
+            self._outbox.append({**row, "i": len(self._outbox)})
+        self._dirty.add(OUTBOX)
+
     async def checkpoint(self, values: dict[str, Any], *, pointed: bool) -> None:
         """Queue a checkpoint row; unless ``pointed``, also its session's pointer (forward
         only). ``values["message_count"]`` ``None``: the session's messages at this point."""
@@ -452,6 +484,7 @@ class WriteBatch:
             ("events", self._events),
             ("checkpoints", self._checkpoints),
             ("notifications", self._notifications),
+            ("outbox", self._outbox),
         ):
             if rows:
                 params[name] = json.dumps(rows, separators=(",", ":"))
@@ -461,6 +494,7 @@ class WriteBatch:
             params["swaps"] = len(cas)
         self._rows, self._messages, self._usage, self._events = {}, [], [], []
         self._checkpoints, self._notifications, self._queued_messages = [], [], {}
+        self._outbox = []
         self._dirty = set()
         swapped = await (fetch_last if last else fetch)(self.conn, sql, params)
         if expected:

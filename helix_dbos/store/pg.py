@@ -54,7 +54,8 @@ __all__ = [
 _STATE_SELECT = (
     "session_id, agent_type, root_session_id, parent_session_id, status, run_id, workflow_id, "
     "version, pending_client_tool_calls, client_tool_call_ownership, "
-    "completed_client_tool_calls, metadata, error, latest_checkpoint_id, event_seq"
+    "completed_client_tool_calls, metadata, error, latest_checkpoint_id, event_seq, "
+    "principal, tenant"
 )
 #: Index of ``event_seq`` in a selected row.
 EVENT_SEQ = 14
@@ -150,6 +151,8 @@ def state_from_tuple(row: tuple[Any, ...] | Any) -> SessionState:
         metadata=dict(row[11] or {}),
         error=row[12],
         latest_checkpoint_id=row[13],
+        principal=row[15],
+        tenant=row[16],
     )
 
 

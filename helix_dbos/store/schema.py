@@ -15,11 +15,13 @@ __all__ = [
     "TABLE_PREFIX",
     "VERSION_TABLE",
     "adoptions",
+    "approvals",
     "checkpoints",
     "events",
     "executors",
     "messages",
     "metadata",
+    "notifications",
     "states",
     "usage",
 ]
@@ -69,6 +71,9 @@ states = sa.Table(
     sa.Column("completed_client_tool_calls", Json, nullable=True),
     # 0005: pointer to the most recently written checkpoint.
     sa.Column("latest_checkpoint_id", sa.Text, nullable=True),
+    # 0008: who started the session (sub-agents inherit it).
+    sa.Column("principal", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=True),
     sa.Index("ix___agents_states_root_session_id", "root_session_id"),
     sa.Index("ix___agents_states_updated_at", "updated_at"),
 )
@@ -171,3 +176,60 @@ adoptions = sa.Table(
 )
 """One row per turn workflow taken over: ``adopted`` from a dead executor of the same
 version, or ``forwarded`` from an earlier version this contract replays."""
+
+# 0008: the approval inbox.
+_OLDEST = ("registered_at", "session_id", "tool_call_id")
+approvals = sa.Table(
+    "__agents_approvals",
+    metadata,
+    sa.Column("session_id", sa.Text, primary_key=True),
+    sa.Column("tool_call_id", sa.Text, primary_key=True),
+    sa.Column("approval_id", sa.Text, nullable=False),
+    sa.Column("root_session_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("agent_type", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("input", Json, nullable=True),
+    sa.Column("args_digest", sa.Text, nullable=True),
+    sa.Column("principal", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("registered_at", sa.BigInteger, nullable=False),
+    sa.Column("deadline_at", sa.BigInteger, nullable=False),
+    sa.Index("ix___agents_approvals_oldest", *_OLDEST),
+    sa.Index("ix___agents_approvals_tenant", "tenant", *_OLDEST),
+    sa.Index("ix___agents_approvals_principal", "principal", *_OLDEST),
+    sa.Index("ix___agents_approvals_tool", "tool_name", *_OLDEST),
+    sa.Index("ix___agents_approvals_root", "root_session_id"),
+    sa.Index("ix___agents_approvals_deadline", "deadline_at"),
+)
+"""One row per approval a human can answer now, kept from the session rows' pending maps by
+the triggers of revision 0008 (never written by the runtime itself): the inbox's index."""
+
+# 0009: the notification outbox.
+notifications = sa.Table(
+    "__agents_notifications",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_key", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("root_session_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("due_at", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("state", sa.Text, nullable=False, server_default="queued"),
+    sa.Column("settled_at", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Index("uq___agents_notifications_event_key", "event_key", unique=True),
+    sa.Index("ix___agents_notifications_state_due_at", "state", "due_at"),
+    sa.Index("ix___agents_notifications_session_id", "session_id"),
+    sa.Index("ix___agents_notifications_settled_at", "settled_at"),
+)
+"""One row per event of a parked call that the app's notification hooks are told (``kind``
+``pending``, ``deadline_near``, ``expired``, ``resolved``), written with the commit it reports
+under its idempotency key ``event_key``; ``state`` ``queued`` until a dispatcher settles it
+(``delivered``, ``skipped``, ``gave_up``). See ``store/outbox.py``."""

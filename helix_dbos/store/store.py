@@ -310,6 +310,8 @@ def _state_from_row(row: sa.Row[Any]) -> SessionState:
         metadata=dict(m["metadata"] or {}),
         error=m["error"],
         latest_checkpoint_id=m["latest_checkpoint_id"],
+        principal=m["principal"],
+        tenant=m["tenant"],
     )
 
 
@@ -329,6 +331,8 @@ def _state_values(state: SessionState) -> dict[str, Any]:
         "metadata": state.metadata,
         "error": state.error,
         "latest_checkpoint_id": state.latest_checkpoint_id,
+        "principal": state.principal,
+        "tenant": state.tenant,
     }
 
 

@@ -84,7 +84,14 @@ def test_the_page_files_name_no_other_host() -> None:
     """Nothing in the page's HTML, script or stylesheet points at another host."""
     static = Path(demo_page.__file__).parent / "static"
     files = sorted(static.iterdir())
-    assert {f.name for f in files} == {"index.html", "demo.js", "demo.css"}
+    assert {f.name for f in files} == {
+        "index.html",
+        "demo.js",
+        "demo.css",
+        "approvals.html",
+        "approvals.js",
+        "approvals.css",
+    }
     for file in files:
         assert not EXTERNAL.search(file.read_text()), file.name
 

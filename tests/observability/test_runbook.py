@@ -203,6 +203,11 @@ async def test_every_runbook_statement_on_real_turns(
             (answered_call.session_id, answered_call.tool_call_id),
         )
 
+    # -- the approval inbox (with approvals: tests/store/test_approval_inbox.py) -----------
+    # Only client calls wait here, and the inbox lists approvals alone.
+    assert book.run("approval-inbox") == []
+    assert book.run("approval-inbox-tenant", **{"your-tenant": "acme"}) == []
+
     assert book.ran == {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
     await runtime.interrupt(parked.session_id)
     await runtime.interrupt(tree.session_id)

@@ -38,6 +38,8 @@ PINNED: dict[Any, dict[str, str]] = {
         "error": "optional",
         "subagent": "optional",
         "timeoutSeconds": "optional",
+        "onTimeout": "optional",
+        "remindBefore": "optional",
     },
     records.ModelStepResult: {
         "response": "required",
@@ -63,6 +65,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "waitMs": "optional",
         "deadlineAt": "optional",
         "runInput": "optional",
+        "onTimeout": "optional",
     },
     records.CollectedAnswers: {"answers": "required", "abandon": "required"},
     records.CommittedResults: {"results": "required", "stashedMessage": "required"},

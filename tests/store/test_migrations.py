@@ -35,7 +35,7 @@ from helix_dbos.store.schema import VERSION_TABLE, metadata
 from helix_dbos.store.store import SessionStore
 from tests.processes import reaped
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]
+REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"]
 OUR_TABLES = {
     "__agents_states",
     "__agents_messages",
@@ -44,6 +44,8 @@ OUR_TABLES = {
     "__agents_events",
     "__agents_executors",
     "__agents_adoptions",
+    "__agents_approvals",
+    "__agents_notifications",
 }
 
 
@@ -114,7 +116,7 @@ def drift(url: str, target: sa.MetaData = metadata) -> list[Any]:
 
 
 def test_revisions_form_one_ordered_chain() -> None:
-    """Revisions are 0001..0007, each revising the one before, with a single head."""
+    """Revisions are 0001..head, each revising the one before, with a single head."""
     scripts = ScriptDirectory(str(script_location()))
     chain = [r.revision for r in scripts.walk_revisions()][::-1]
     assert chain == REVISIONS
@@ -137,6 +139,25 @@ def test_upgrade_from_empty_to_head(db_url: str) -> None:
     assert tables(db_url) == OUR_TABLES | {VERSION_TABLE}
     assert upgrade(db_url) == REVISIONS[-1]
     assert run(db_url, f"SELECT version_num FROM {VERSION_TABLE}") == [(REVISIONS[-1],)]
+
+
+_PARKED_APPROVAL = json.dumps(
+    {
+        "call-1": {
+            "toolCallId": "call-1",
+            "toolName": "pay",
+            "input": {"amount": 5},
+            "runId": "run-1",
+            "kind": "approval",
+            "index": 0,
+            "deadlineAt": 1700000060000,
+            "registeredAt": 1700000000000,
+            "completedRetentionMs": 0,
+            "approvalId": "run-1::call-1",
+            "argsDigest": "d",
+        }
+    }
+)
 
 
 async def test_each_revision_keeps_earlier_data(db_url: str) -> None:
@@ -198,7 +219,20 @@ async def test_each_revision_keeps_earlier_data(db_url: str) -> None:
     run(db_url, "UPDATE __agents_states SET latest_checkpoint_id = 'cp-1'")
 
     assert upgrade(db_url, "0006") == "0006"
-    assert upgrade(db_url, "0007") == "0007" == head_revision()
+    assert upgrade(db_url, "0007") == "0007"
+    # An approval parked before 0008: the revision copies it into the inbox.
+    run(db_url, "UPDATE __agents_states SET pending_client_tool_calls = :p", p=_PARKED_APPROVAL)
+    assert upgrade(db_url, "0008") == "0008"
+    assert run(db_url, "SELECT principal, tenant FROM __agents_states") == [(None, None)]
+    assert run(
+        db_url, "SELECT session_id, tool_call_id, approval_id, tool_name FROM __agents_approvals"
+    ) == [("old", "call-1", "run-1::call-1", "pay")]
+    # ... and its triggers keep it: the call leaves the map, and the inbox.
+    run(db_url, "UPDATE __agents_states SET pending_client_tool_calls = '{}'")
+    assert run(db_url, "SELECT count(*) FROM __agents_approvals") == [(0,)]
+    assert upgrade(db_url, "0009") == "0009"
+    assert run(db_url, "SELECT count(*) FROM __agents_notifications") == [(0,)]
+    assert upgrade(db_url) == head_revision()
     assert drift(db_url) == []
 
     # At head, the store reads and writes every old row.

@@ -15,6 +15,11 @@ With session tokens on, the page keeps the token that ``/start`` answers and sen
 ``Authorization: Bearer``; a page opened as ``/#session=<id>&token=<token>`` joins that
 session with that token.
 
+A second page, ``inbox`` next to it (``approvals.html``), lists the approvals waiting across
+sessions (``GET /approvals``) with Approve and Deny buttons: every session's on a server
+without authentication; with session tokens, those of the sessions this browser started (the
+chat page records each session's token in ``localStorage`` for it).
+
 ``create_app`` serves the page when the runtime serves the demo agent (see
 :func:`serves_demo_agent`); :func:`install_demo_page` mounts it on any app.
 """
@@ -63,15 +68,20 @@ def serves_demo_agent(registry: AgentRegistry) -> bool:
 
 
 def install_demo_page(app: FastAPI, *, path: str = "/") -> FastAPI:
-    """Serve the demo page at ``path`` and its assets under ``/demo-page``.
+    """Serve the demo page at ``path``, its approvals page at ``<path>inbox``, and their
+    assets under ``/demo-page``.
 
-    The page calls the API with URLs relative to itself, so serve it next to the routes of
-    ``create_router`` (and ``create_chat_router``), under the same prefix.
+    The pages call the API with URLs relative to themselves, so serve them next to the routes
+    of ``create_router`` (and ``create_chat_router``), under the same prefix.
     """
     app.mount(PAGE_ASSETS_PATH, StaticFiles(directory=_STATIC), name="demo-page-assets")
 
     @app.get(path, include_in_schema=False)
     async def demo_page() -> FileResponse:
         return FileResponse(_STATIC / "index.html", media_type="text/html", headers=_HEADERS)
+
+    @app.get(path.rstrip("/") + "/inbox", include_in_schema=False)
+    async def approvals_page() -> FileResponse:
+        return FileResponse(_STATIC / "approvals.html", media_type="text/html", headers=_HEADERS)
 
     return app

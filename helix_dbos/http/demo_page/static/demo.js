@@ -66,6 +66,26 @@
     } catch (_) {
       // Storage full or disabled: the page still works, it just forgets on reload.
     }
+    holdSession();
+  }
+
+  // Every session this browser starts or joins, with its token, for the approvals page
+  // (approvals.js): a session token lists only its own session's approvals, so that page asks
+  // with each. localStorage, not sessionStorage: the approvals page may be open in another tab.
+  const HELD_KEY = 'helix-dbos-demo-sessions';
+  const HELD_MAX = 50;
+  function holdSession() {
+    if (!state.sessionId) return;
+    try {
+      const held = JSON.parse(localStorage.getItem(HELD_KEY) || '[]');
+      const others = Array.isArray(held)
+        ? held.filter((h) => h && h.sessionId !== state.sessionId)
+        : [];
+      const mine = { sessionId: state.sessionId, token: state.token || null };
+      localStorage.setItem(HELD_KEY, JSON.stringify([mine, ...others].slice(0, HELD_MAX)));
+    } catch (_) {
+      // Storage disabled: the approvals page lists what the server lets it list without.
+    }
   }
 
   // -- what this page view knows about the session --------------------------------------------

@@ -1,0 +1,196 @@
+"""Benchmark: a scrape of ``GET /metrics`` with 100,000 pending approvals across 10,000 sessions.
+
+    .venv/bin/python bench/metrics_scrape.py [--backend postgres|sqlite] [--sessions 10000]
+        [--per-session 10] [--requests 200]
+
+The data is the approval inbox benchmark's (``approvals_inbox.build_inbox``: approvals parked
+as the runtime parks them, the inbox table filled by its triggers), on a fresh Postgres
+database of the local server (``HELIX_TEST_PG_URL``, an admin URL; created and dropped) or a
+fresh SQLite file. A ``helix-dbos serve --allow-unauthenticated`` process answers the scrapes,
+one at a time over a kept-alive connection. Reported: p50 / p95 (ms) of the scrape over HTTP,
+and of its one statement alone (``store.pending_figures``) in this process, and the gauges the
+scrape answered (they must add up to the data). The statement is timed twice on Postgres: as
+the build left the tables, and after a ``VACUUM`` (which autovacuum runs on its own after bulk
+inserts): the approvals' count is an index-only scan, which reads the table's rows too for the
+pages not yet marked all-visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from approvals_inbox import SHARED_ADMIN, _free_port, build_inbox
+
+from helix_dbos.store.migrate import upgrade
+from helix_dbos.store.pending_figures import pending_figures
+from helix_dbos.store.store import SessionStore
+
+#: The client window of the served demo agents (``editContent``: the default 5 minutes).
+CLIENT_WINDOW_MS = 300_000
+
+
+def _serve(url: str, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``helix-dbos serve`` on ``url``, its reconciler off: the built sessions have no
+    workflow behind them, and a reconciler would end them (and their approvals) mid-run."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
+    env.update(
+        HELIX_DATABASE_URL=url,
+        HELIX_EXECUTOR_ID="bench-metrics",
+        HELIX_HEAL_INTERVAL_SECONDS="0",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helix_dbos.cli", "serve", "--allow-unauthenticated"]
+        + ["--port", str(port)],
+        env=env,
+        stdout=(logs / "serve.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=logs,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError((logs / "serve.log").read_text()[-2000:])
+        try:
+            httpx.get(f"{base}/openapi.json", timeout=1).raise_for_status()
+            return proc, base
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _percentiles(times: list[float]) -> dict[str, float]:
+    times = sorted(times)
+    return {
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+    }
+
+
+def _scrapes(client: httpx.Client, requests: int) -> tuple[dict[str, float], str]:
+    """p50 / p95 of ``GET /metrics`` after a warm-up; the last answer's text."""
+    for _ in range(10):
+        client.get("/metrics").raise_for_status()
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = client.get("/metrics")
+        times.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+    return _percentiles(times), response.text
+
+
+async def _statement(url: str, requests: int) -> dict[str, float]:
+    """p50 / p95 of the scrape's one statement, on this process's own store."""
+    store = SessionStore.from_url(url)
+    try:
+        for _ in range(10):
+            await pending_figures(store, CLIENT_WINDOW_MS)
+        times = []
+        for _ in range(requests):
+            started = time.perf_counter()
+            await pending_figures(store, CLIENT_WINDOW_MS)
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        await store.close()
+    return _percentiles(times)
+
+
+def _gauges(text: str) -> dict[str, Any]:
+    """The pending gauges of a scrape: approvals by tool, their sum, the oldest's age."""
+    out: dict[str, Any] = {"pending_approvals": {}, "pending_client_calls": {}}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "helix_pending_approvals":
+                out["pending_approvals"][sample.labels["tool"]] = int(sample.value)
+            elif sample.name == "helix_pending_client_calls":
+                out["pending_client_calls"][sample.labels["tool"]] = int(sample.value)
+            elif sample.name == "helix_oldest_pending_approval_age_seconds":
+                out["oldest_age_hours"] = round(sample.value / 3600, 2)
+    out["pending_approvals_total"] = sum(out["pending_approvals"].values())
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--sessions", type=int, default=10_000)
+    parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args()
+
+    name = f"helix_bench_metrics_{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.backend == "postgres":
+            with psycopg.connect(SHARED_ADMIN, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            url = f"{SHARED_ADMIN.rpartition('/')[0]}/{name}"
+        else:
+            url = f"sqlite:///{Path(tmp) / 'bench.sqlite'}"
+        proc = None
+        try:
+            upgrade(url)
+            data = build_inbox(url, sessions=args.sessions, per_session=args.per_session)
+            print(
+                f"built {data.approvals} approvals across {data.sessions} sessions in "
+                f"{data.seconds:.1f} s",
+                flush=True,
+            )
+            statement = {"as built": asyncio.run(_statement(url, args.requests))}
+            if args.backend == "postgres":
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("VACUUM ANALYZE")
+                statement["after VACUUM"] = asyncio.run(_statement(url, args.requests))
+            proc, base = _serve(url, Path(tmp))
+            with httpx.Client(base_url=base, timeout=30) as client:
+                scrape, text = _scrapes(client, args.requests)
+            proc.terminate()
+            proc.wait(30)
+            proc = None
+            gauges = _gauges(text)
+            assert gauges["pending_approvals_total"] == data.approvals, gauges
+            print(
+                json.dumps(
+                    {
+                        "backend": args.backend,
+                        "approvals": data.approvals,
+                        "sessions": data.sessions,
+                        "requests": args.requests,
+                        "scrape over HTTP": scrape,
+                        "its statement alone": statement,
+                        "scrape bytes": len(text.encode()),
+                        "gauges": gauges,
+                    },
+                    indent=2,
+                )
+            )
+        finally:
+            if proc is not None:
+                proc.kill()
+            if args.backend == "postgres":
+                with psycopg.connect(SHARED_ADMIN, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""``GET /approvals``: the approval inbox over HTTP.
+
+The authenticate hook sees the operation ``approvals`` (with the ``sessionId`` filter, if any,
+as the request's session) and its answer scopes the list (``scope.inbox_scope``): by default
+a principal sees its own sessions' approvals, an approver of a tenant that tenant's. An
+approver answers a listed approval through ``/submit-tool-result`` on its ``rootSessionId``
+with its ``approvalId``, so every rule of a submit holds (digest binding, fencing,
+``run_stopped``, tombstones).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..core.owner import OWNER_MAX_LENGTH
+from ..store.approvals import APPROVALS_PAGE_DEFAULT, APPROVALS_PAGE_MAX, CURSOR_PATTERN
+from .auth import run_authenticate, set_request_context
+from .openapi import AUTH_RESPONSES, error_response_doc
+from .pipeline import RouteContext
+from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN
+from .scope import inbox_scope
+
+__all__ = ["ApprovalsResponse", "PendingApprovalView", "create_approvals_router"]
+
+#: The largest time a query may name (beyond it a number is not exact in JavaScript).
+_MAX_MS = 2**53
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class PendingApprovalView(_View):
+    """One approval waiting for a human."""
+
+    approval_id: str
+    """Send it back with the answer (``approvalId`` of an ``approval-response``)."""
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    """The arguments the human approves (the answer may send them back as ``input``)."""
+    args_digest: str | None
+    """SHA-256 of the tool name and the arguments: what the approval is bound to."""
+    session_id: str
+    """The session whose turn raised the call (a sub-agent's, or the root's)."""
+    root_session_id: str
+    """The session to answer on (``/submit-tool-result``'s ``sessionId``)."""
+    run_id: str
+    agent_type: str
+    principal: str | None
+    """Who started the session."""
+    tenant: str | None
+    created_at: int
+    """When the call parked (epoch ms)."""
+    deadline_at: int
+    """When it expires (epoch ms)."""
+    age_ms: int
+    """How long it has waited."""
+
+
+class ApprovalsResponse(_View):
+    """``GET /approvals``: a page of pending approvals, oldest first."""
+
+    approvals: list[PendingApprovalView]
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; ``null`` on the last page."""
+
+
+_Name = Annotated[
+    str | None,
+    Query(min_length=1, max_length=IDENTIFIER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN),
+]
+_Owner = Annotated[
+    str | None, Query(min_length=1, max_length=OWNER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN)
+]
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **AUTH_RESPONSES,
+    400: error_response_doc("`validation_error`: an invalid query parameter."),
+}
+
+
+def create_approvals_router(api: RouteContext) -> APIRouter:
+    """The inbox route over ``api``'s runtime and hook (included by ``create_router``)."""
+    router = APIRouter()
+    runtime = api.runtime
+
+    @router.get(
+        "/approvals",
+        summary="List pending approvals across sessions, oldest first",
+        description="Filters combine (AND). The authenticate hook (operation `approvals`) "
+        "scopes the list: by default a principal sees its own sessions' approvals, an "
+        "approver of a tenant that tenant's. Answer one with `/submit-tool-result` on its "
+        "`rootSessionId`.",
+        response_model=ApprovalsResponse,
+        responses=_RESPONSES,
+    )
+    async def list_approvals(
+        request: Request,
+        tool: _Name = None,
+        session_id: Annotated[
+            str | None,
+            Query(
+                alias="sessionId",
+                min_length=1,
+                max_length=IDENTIFIER_MAX_LENGTH,
+                pattern=IDENTIFIER_PATTERN,
+                description="The session that raised the call, or its root.",
+            ),
+        ] = None,
+        principal: _Owner = None,
+        tenant: _Owner = None,
+        older_than_ms: Annotated[
+            int | None,
+            Query(alias="olderThanMs", ge=0, le=_MAX_MS, description="Waited at least this."),
+        ] = None,
+        deadline_before: Annotated[
+            int | None,
+            Query(
+                alias="deadlineBefore",
+                ge=0,
+                le=_MAX_MS,
+                description="Expires before this time (epoch ms).",
+            ),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=APPROVALS_PAGE_MAX)] = APPROVALS_PAGE_DEFAULT,
+        cursor: Annotated[
+            str | None,
+            Query(pattern=CURSOR_PATTERN, description="The previous page's `nextCursor`."),
+        ] = None,
+    ) -> Response:
+        set_request_context(request, session_id, None)
+        await run_authenticate(api.authenticate, request, "approvals")
+        scope = inbox_scope(request, principal, tenant)
+        if scope.empty:
+            return JSONResponse({"approvals": [], "nextCursor": None})
+        page = await runtime.approvals(
+            tool=tool,
+            session_id=session_id,
+            principal=scope.principal,
+            tenant=scope.tenant,
+            older_than=None if older_than_ms is None else older_than_ms / 1000,
+            deadline_before=deadline_before,
+            limit=limit,
+            cursor=cursor,
+        )
+        return JSONResponse(page.dump())
+
+    return router

@@ -1,0 +1,285 @@
+// The helix-dbos demo's approvals page: the calls waiting for a human, across sessions.
+//
+// It lists GET /approvals (oldest first) and answers each approval through the same
+// POST /submit-tool-result a chat uses (kind approval-response, with its approvalId and the
+// arguments shown), so every rule of a submit holds: a forged or stale answer is refused, an
+// approval whose turn was stopped answers run_stopped, a lapsed one deadline_lapsed.
+//
+// Who may list what is the server's authenticate hook's to decide. The page tries, in order:
+//   1. GET /approvals with no credential: a server without authentication (or behind a proxy
+//      that authenticates the browser) lists every session's approvals;
+//   2. refused (401/403), the session tokens this browser holds: the chat page records every
+//      session it starts, with its token, in localStorage ('helix-dbos-demo-sessions'); a
+//      session token lists only its own session's approvals (GET /approvals?sessionId=...),
+//      so the page asks once per session and merges the lists. An expired token is forgotten.
+// Each approval is answered with the credential that listed it.
+'use strict';
+
+(() => {
+  const HELD_KEY = 'helix-dbos-demo-sessions';
+  const PAGE_SIZE = 100;
+  const POLL_MS = 5000;
+  // How long a card answered here stays, with its outcome, once the list no longer has it.
+  const KEEP_DECIDED_MS = 60000;
+
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    list: $('inbox'),
+    status: $('inbox-status'),
+    scope: $('scope'),
+    refresh: $('refresh'),
+  };
+
+  // -- the sessions this browser holds a token for -------------------------------------------
+
+  function heldSessions() {
+    try {
+      const held = JSON.parse(localStorage.getItem(HELD_KEY) || '[]');
+      return Array.isArray(held) ? held.filter((h) => h && typeof h.sessionId === 'string') : [];
+    } catch (_) {
+      return [];
+    }
+  }
+
+  function forget(sessionId) {
+    try {
+      const held = heldSessions().filter((h) => h.sessionId !== sessionId);
+      localStorage.setItem(HELD_KEY, JSON.stringify(held));
+    } catch (_) {
+      // Storage disabled: nothing was held either.
+    }
+  }
+
+  // -- HTTP -----------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, body) {
+      super((body && body.error) || `HTTP ${status}`);
+      this.status = status;
+      this.code = (body && body.code) || '';
+      this.reason = (body && body.reason) || '';
+    }
+  }
+
+  async function readError(response) {
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (_) {
+      // Not JSON (a proxy's page): the status says enough.
+    }
+    return new ApiError(response.status, body);
+  }
+
+  function bearer(token) {
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  }
+
+  async function getApprovals(query, token) {
+    const params = new URLSearchParams({ limit: String(PAGE_SIZE), ...query });
+    const response = await fetch(`approvals?${params}`, {
+      headers: bearer(token),
+      cache: 'no-store',
+    });
+    if (!response.ok) throw await readError(response);
+    return response.json();
+  }
+
+  // Every approval the page may see, each with the token that answers it, oldest first.
+  async function listAll() {
+    try {
+      const page = await getApprovals({}, null);
+      const items = page.approvals.map((a) => ({ ...a, token: null }));
+      return { mode: 'open', more: Boolean(page.nextCursor), items };
+    } catch (error) {
+      const refused = error instanceof ApiError && (error.status === 401 || error.status === 403);
+      if (!refused) throw error;
+    }
+    const held = heldSessions().filter((h) => h.token);
+    const pages = await Promise.all(
+      held.map(async (h) => {
+        try {
+          const page = await getApprovals({ sessionId: h.sessionId }, h.token);
+          const items = page.approvals.map((a) => ({ ...a, token: h.token }));
+          return { more: Boolean(page.nextCursor), items };
+        } catch (error) {
+          if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
+            forget(h.sessionId); // an expired token, or one for a session that is gone
+            return { more: false, items: [] };
+          }
+          throw error;
+        }
+      }),
+    );
+    const items = pages.flatMap((p) => p.items);
+    items.sort((a, b) => a.createdAt - b.createdAt || (a.sessionId < b.sessionId ? -1 : 1));
+    return { mode: 'tokens', sessions: held.length, more: pages.some((p) => p.more), items };
+  }
+
+  async function answer(approval, approved, reason) {
+    const body = {
+      kind: 'approval-response',
+      sessionId: approval.rootSessionId,
+      toolCallId: approval.toolCallId,
+      approvalId: approval.approvalId,
+      approved,
+      input: approval.input, // what the human was shown: the server refuses a mismatch
+      ...(!approved && reason ? { reason } : {}),
+    };
+    const response = await fetch('submit-tool-result', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', ...bearer(approval.token) },
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) throw await readError(response);
+    return response.json();
+  }
+
+  // -- rendering ------------------------------------------------------------------------------
+
+  function setStatus(text, isError = false) {
+    els.status.textContent = text;
+    els.status.classList.toggle('error', isError);
+  }
+
+  function duration(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 120) return `${s} s`;
+    if (s < 7200) return `${Math.round(s / 60)} min`;
+    return `${Math.round(s / 3600)} h`;
+  }
+
+  function fact(text) {
+    const p = document.createElement('p');
+    p.className = 'facts';
+    p.textContent = text;
+    return p;
+  }
+
+  // rootSessionId|toolCallId -> its card, kept across refreshes (a reason being typed stays).
+  let shown = new Map();
+
+  function key(a) {
+    return `${a.rootSessionId}|${a.toolCallId}`;
+  }
+
+  function card(approval) {
+    const li = document.createElement('li');
+    li.setAttribute('aria-label', `${approval.toolName} in ${approval.sessionId}`);
+    const title = document.createElement('h3');
+    title.textContent = approval.toolName;
+    const args = document.createElement('pre');
+    args.textContent = JSON.stringify(approval.input, null, 2);
+    const waited = fact('');
+    const owner = approval.principal ? `, started by ${approval.principal}` : '';
+    const facts = fact(`Session ${approval.sessionId} (agent ${approval.agentType}${owner})`);
+    const actions = document.createElement('div');
+    actions.className = 'actions';
+    const reasonId = `reason-${approval.toolCallId}-${approval.sessionId}`.replace(
+      /[^A-Za-z0-9_-]/g,
+      '_',
+    );
+    const label = document.createElement('label');
+    label.htmlFor = reasonId;
+    label.textContent = 'Reason';
+    const reason = document.createElement('input');
+    reason.id = reasonId;
+    reason.type = 'text';
+    reason.placeholder = 'why you deny it (the agent reads this)';
+    const approve = document.createElement('button');
+    approve.type = 'button';
+    approve.textContent = 'Approve';
+    const deny = document.createElement('button');
+    deny.type = 'button';
+    deny.className = 'deny';
+    deny.textContent = 'Deny';
+    actions.append(approve, deny, label, reason);
+    const outcome = document.createElement('p');
+    outcome.className = 'outcome';
+    outcome.setAttribute('role', 'status');
+    li.append(title, facts, waited, args, actions, outcome);
+
+    li.refresh = (a, at) => {
+      li.approval = a;
+      const waitedMs = a.ageMs + (Date.now() - at);
+      waited.textContent =
+        `Waiting ${duration(waitedMs)}; expires ${new Date(a.deadlineAt).toLocaleString()}` +
+        ` (in ${duration(a.deadlineAt - Date.now())})`;
+    };
+
+    async function decide(approved) {
+      approve.disabled = deny.disabled = reason.disabled = true;
+      outcome.className = 'outcome';
+      outcome.textContent = approved ? 'Sending your approval…' : 'Sending your denial…';
+      try {
+        await answer(li.approval, approved, reason.value.trim());
+        outcome.classList.add(approved ? 'ok' : 'bad');
+        outcome.textContent = approved ? 'Approved.' : 'Denied.';
+        li.doneAt = Date.now();
+      } catch (error) {
+        if (error instanceof ApiError && error.code === 'unknown_tool_call') {
+          // Answered elsewhere, stopped or lapsed meanwhile: nothing to decide any more.
+          outcome.textContent = `No longer waiting (${error.reason || error.code}).`;
+          li.doneAt = Date.now();
+        } else {
+          approve.disabled = deny.disabled = reason.disabled = false;
+          outcome.classList.add('bad');
+          outcome.textContent = describe(error);
+        }
+      }
+    }
+    approve.addEventListener('click', () => decide(true));
+    deny.addEventListener('click', () => decide(false));
+    return li;
+  }
+
+  function describe(error) {
+    if (error instanceof ApiError) return `${error.message} (${error.code || error.status})`;
+    return `The server cannot be reached: ${error.message}`;
+  }
+
+  function render(listing, listedAt) {
+    const next = new Map();
+    for (const approval of listing.items) {
+      const k = key(approval);
+      const li = shown.get(k) || card(approval);
+      li.refresh(approval, listedAt);
+      next.set(k, li);
+    }
+    // A card answered here stays a while with its outcome, after the list has dropped it.
+    for (const [k, li] of shown) {
+      if (li.doneAt && !next.has(k) && Date.now() - li.doneAt < KEEP_DECIDED_MS) next.set(k, li);
+    }
+    els.list.replaceChildren(...next.values());
+    shown = next;
+    const n = listing.items.length;
+    const more = listing.more ? ' (the oldest shown first; more are waiting)' : '';
+    const plural = n === 1 ? '' : 's';
+    setStatus(n === 0 ? 'No approval is waiting.' : `${n} approval${plural} waiting${more}.`);
+    els.scope.textContent =
+      listing.mode === 'open'
+        ? 'Every session of this server.'
+        : `The server uses session tokens: the approvals of the ${listing.sessions} ` +
+          `conversation${listing.sessions === 1 ? '' : 's'} this browser started.`;
+  }
+
+  let loading = false;
+  async function refresh() {
+    if (loading) return;
+    loading = true;
+    try {
+      const listedAt = Date.now();
+      render(await listAll(), listedAt);
+    } catch (error) {
+      setStatus(describe(error), true);
+    } finally {
+      loading = false;
+    }
+  }
+
+  els.refresh.addEventListener('click', refresh);
+  setInterval(() => {
+    if (document.visibilityState === 'visible') refresh();
+  }, POLL_MS);
+  refresh();
+})();

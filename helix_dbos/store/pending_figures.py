@@ -1,0 +1,127 @@
+"""What waits right now, by tool: the figures the live metrics read when scraped.
+
+One statement, in parts that each read an index:
+
+* the pending approvals are the inbox's (``__agents_approvals``, kept by the triggers of
+  revision 0008, listed until their deadline): all of them counted by tool on the tool index
+  alone (an index-only scan: the rows, with their arguments, are never read), less those
+  already past their deadline (found on the deadline index: the few whose turn has not yet
+  woken to settle them); the oldest one still before its deadline, first on the age index;
+* the pending client calls: the pending maps of the session rows written within the longest
+  client deadline (``client_window_ms``), found on the ``updated_at`` index. A call that is
+  still waiting was parked less than its deadline ago, and parking it wrote its session's row,
+  so no row written earlier can hold one: the scan reads the recently parked sessions, not
+  every session parked on an approval for days.
+
+A call counts while it has no stored answer, on its session's current run, in a live session,
+and before its deadline: what the inbox lists, and what a submit could still answer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from ..core.clock import now_ms
+from ..observability.approval_metrics import PendingFigures
+from .store import SessionStore
+
+__all__ = ["CLOCK_SLACK_MS", "pending_figures"]
+
+#: Added to the client window: the clocks of the processes that write rows may disagree.
+CLOCK_SLACK_MS = 60_000
+
+_LIVE = "('running', 'suspended_client_tool')"
+
+#: ``{lapsed_from}``: SQLite would walk the tool index for the lapsed ones' GROUP BY, reading
+#: every row; it is told to take the deadline index (Postgres takes it by itself).
+_APPROVALS = """
+SELECT 'approval' AS part, tool_name AS tool, count(*) AS n, CAST(NULL AS BIGINT) AS oldest
+FROM __agents_approvals
+GROUP BY tool_name
+UNION ALL
+SELECT 'lapsed', tool_name, count(*), CAST(NULL AS BIGINT)
+FROM {lapsed_from}
+WHERE deadline_at <= :now
+GROUP BY tool_name
+UNION ALL
+SELECT 'oldest', NULL, 0, min(registered_at)
+FROM __agents_approvals
+WHERE deadline_at > :now
+"""
+
+_PG_CLIENT_CALLS = f"""
+SELECT 'client', p.value ->> 'toolName', count(*), CAST(NULL AS BIGINT)
+FROM __agents_states AS s, jsonb_each(s.pending_client_tool_calls) AS p
+WHERE s.updated_at >= :since
+    AND s.pending_client_tool_calls <> '{{}}'::jsonb
+    AND s.status IN {_LIVE}
+    AND p.value ->> 'kind' = 'client'
+    AND p.value ->> 'submittedAt' IS NULL
+    AND p.value ->> 'runId' = s.run_id
+    AND (p.value ->> 'deadlineAt')::bigint > :now
+GROUP BY p.value ->> 'toolName'
+"""
+
+_SQLITE_CLIENT_CALLS = f"""
+SELECT 'client', json_extract(p.value, '$.toolName'), count(*), CAST(NULL AS BIGINT)
+FROM __agents_states AS s, json_each(s.pending_client_tool_calls) AS p
+WHERE s.updated_at >= :since
+    AND s.pending_client_tool_calls <> '{{}}'
+    AND s.status IN {_LIVE}
+    AND json_extract(p.value, '$.kind') = 'client'
+    AND json_extract(p.value, '$.submittedAt') IS NULL
+    AND json_extract(p.value, '$.runId') = s.run_id
+    AND json_extract(p.value, '$.deadlineAt') > :now
+GROUP BY json_extract(p.value, '$.toolName')
+"""
+
+#: Postgres plans the approvals' count as a parallel scan of the table (its rows hold the
+#: arguments: several times the index's pages); the index alone answers it. And a statement
+#: this cheap gains nothing from JIT compilation, which costs more than the query.
+_PG_PLAN = ("SET LOCAL enable_seqscan = off", "SET LOCAL jit = off")
+
+
+async def pending_figures(store: SessionStore, client_window_ms: int) -> PendingFigures:
+    """The unanswered approvals and client calls before their deadlines, counted by tool, and
+    when the oldest such approval was parked.
+
+    ``client_window_ms``: the longest deadline a client call can have (the runtime passes its
+    client tools' longest); a client call of a tool with a longer one is counted only while its
+    session's row was written within the window.
+    """
+    now = now_ms()
+    since = datetime.fromtimestamp((now - client_window_ms - CLOCK_SLACK_MS) / 1000, UTC)
+    postgres = store.dialect == "postgresql"
+    clients = _PG_CLIENT_CALLS if postgres else _SQLITE_CLIENT_CALLS
+    approvals_part = _APPROVALS.format(
+        lapsed_from="__agents_approvals"
+        if postgres
+        else "__agents_approvals INDEXED BY ix___agents_approvals_deadline"
+    )
+    query = sa.text(f"{approvals_part} UNION ALL {clients}").bindparams(
+        sa.bindparam("since", since, type_=sa.DateTime(timezone=True)), now=now
+    )
+    async with store.transaction() as conn:
+        if postgres:
+            for setting in _PG_PLAN:
+                await conn.execute(sa.text(setting))
+        rows = (await conn.execute(query)).all()
+    approvals: dict[str, int] = {}
+    clients_by_tool: dict[str, int] = {}
+    oldest: int | None = None
+    for part, tool, count, at in rows:
+        if part == "approval":
+            approvals[tool] = approvals.get(tool, 0) + int(count)
+        elif part == "lapsed":
+            approvals[tool] = approvals.get(tool, 0) - int(count)
+        elif part == "client":
+            clients_by_tool[tool] = int(count)
+        elif at is not None:
+            oldest = int(at)
+    return PendingFigures(
+        approvals={tool: n for tool, n in approvals.items() if n > 0},
+        client_calls=clients_by_tool,
+        oldest_approval_at=oldest,
+    )

@@ -1,0 +1,164 @@
+"""What the metrics' pending gauges read, on both backends: approvals from the inbox's table,
+client calls from the pending maps of the rows written within the client window; answered,
+superseded, lapsed and ended calls never count; on Postgres, the statement reads indexes."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from helix_dbos.core.session import CallKind, PendingCall, SessionState, SessionStatus
+from helix_dbos.observability.approval_metrics import PendingFigures
+from helix_dbos.store import pending_figures as figures_module
+from helix_dbos.store.pending_figures import pending_figures
+from helix_dbos.store.store import SessionStore
+
+from .store_builders import now_ms, session
+
+MINUTE_MS = 60_000
+WINDOW_MS = 5 * MINUTE_MS
+
+
+def call(
+    tcid: str,
+    tool: str,
+    kind: CallKind,
+    *,
+    run: str = "run_1",
+    registered: int | None = None,
+    deadline: int | None = None,
+    answered: bool = False,
+) -> PendingCall:
+    """A pending call as the runtime parks it (answered: with its answer stored)."""
+    at = registered if registered is not None else now_ms()
+    return PendingCall(
+        tool_call_id=tcid,
+        tool_name=tool,
+        input={"n": 1},
+        run_id=run,
+        kind=kind,
+        index=0,
+        deadline_at=deadline if deadline is not None else at + WINDOW_MS,
+        registered_at=at,
+        completed_retention_ms=0,
+        approval_id=f"{run}::{tcid}" if kind == "approval" else None,
+        args_digest="d" if kind == "approval" else None,
+        submitted_at=now_ms() if answered else None,
+        response={"result": 1} if answered else None,
+    )
+
+
+async def parked(
+    store: SessionStore,
+    sid: str,
+    *calls: PendingCall,
+    status: SessionStatus = "suspended_client_tool",
+) -> None:
+    """A session of run ``run_1`` with ``calls`` in its map, as a park writes it."""
+    await store.create_session(session(sid, run_id="run_1"))
+
+    def park(states: dict[str, SessionState]) -> None:
+        states[sid].status = status
+        for c in calls:
+            states[sid].pending[c.tool_call_id] = c
+
+    await store.update([sid], park)
+
+
+def by_tool(found: PendingFigures) -> dict[tuple[str, str], int]:
+    return {
+        **{("approval", tool): n for tool, n in found.approvals.items()},
+        **{("client", tool): n for tool, n in found.client_calls.items()},
+    }
+
+
+async def test_pending_figures_count_what_waits_by_tool(store: SessionStore) -> None:
+    old = now_ms() - 2 * 3_600_000
+    await parked(
+        store,
+        "s1",
+        call("a1", "transfer", "approval", registered=old, deadline=now_ms() + 3_600_000),
+        call("a2", "transfer", "approval"),
+        call("c1", "ask", "client"),
+    )
+    await parked(store, "s2", call("a3", "refund", "approval"), call("c2", "ask", "client"))
+    # Not waiting: an answered call, a call of a superseded run, a lapsed client call and a
+    # lapsed approval (their turn has not settled them yet), and the calls of a session that
+    # ended.
+    older = old - 3_600_000
+    await parked(
+        store,
+        "s3",
+        call("c3", "ask", "client", answered=True),
+        call("a4", "transfer", "approval", run="run_0"),
+        call("c4", "ask", "client", registered=now_ms() - 10_000, deadline=now_ms() - 1),
+        call("a6", "refund", "approval", registered=older, deadline=now_ms() - 1),
+    )
+    await parked(store, "s4", call("a5", "transfer", "approval"), status="failed")
+
+    found = await pending_figures(store, client_window_ms=WINDOW_MS)
+    assert by_tool(found) == {
+        ("approval", "transfer"): 2,
+        ("approval", "refund"): 1,
+        ("client", "ask"): 2,
+    }
+    # The oldest approval still before its deadline (not the older lapsed one).
+    assert found.oldest_approval_at == old
+
+
+async def test_a_client_call_counts_only_within_the_client_window(store: SessionStore) -> None:
+    """A row last written before the window holds no client call of a tool whose deadline is
+    within it; a tool with a longer deadline than the window is missed (the runtime passes its
+    tools' longest)."""
+    await parked(store, "long", call("c1", "device", "client", deadline=now_ms() + 86_400_000))
+    hour_ago = sa.text("UPDATE __agents_states SET updated_at = :at WHERE session_id = 'long'")
+    async with store.transaction() as conn:
+        at = datetime.fromtimestamp((now_ms() - 3_600_000) / 1000, UTC)
+        await conn.execute(hour_ago.bindparams(sa.bindparam("at", at, type_=sa.DateTime(True))))
+    assert by_tool(await pending_figures(store, client_window_ms=WINDOW_MS)) == {}
+    assert (await pending_figures(store, client_window_ms=WINDOW_MS)).oldest_approval_at is None
+    day = 86_400_000
+    assert by_tool(await pending_figures(store, client_window_ms=day)) == {("client", "device"): 1}
+
+
+@pytest.mark.postgres_only
+async def test_on_postgres_the_figures_read_indexes_only(migrated_pg_url: str) -> None:
+    """The approvals' count is an index-only scan of the tool index, the lapsed ones come from
+    the deadline index, the oldest from the age index; the client calls from the rows the
+    updated_at index finds: no scan of either table."""
+    since = "now() - interval '6 minutes'"
+    approvals = figures_module._APPROVALS.format(lapsed_from="__agents_approvals")
+    statement = f"{approvals} UNION ALL {figures_module._PG_CLIENT_CALLS}".replace(
+        ":since", since
+    ).replace(":now", "0")
+    with psycopg.connect(migrated_pg_url) as conn:
+        for setting in figures_module._PG_PLAN:
+            conn.execute(setting)
+        plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {statement}").fetchall())
+    assert "Index Only Scan using ix___agents_approvals_tool" in plan, plan
+    assert "ix___agents_states_updated_at" in plan, plan
+    assert "ix___agents_approvals_deadline" in plan, plan
+    assert "ix___agents_approvals_oldest" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+
+def test_on_sqlite_the_figures_read_indexes_only(migrated_sqlite_url: str) -> None:
+    """The same on SQLite: the covering tool index, the deadline index it is told to take,
+    the age index, and the updated_at index; no table is scanned."""
+    approvals = figures_module._APPROVALS.format(
+        lapsed_from="__agents_approvals INDEXED BY ix___agents_approvals_deadline"
+    )
+    statement = f"{approvals} UNION ALL {figures_module._SQLITE_CLIENT_CALLS}"
+    with sqlite3.connect(migrated_sqlite_url.removeprefix("sqlite:///")) as conn:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", {"now": 0, "since": ""})
+        plan = "\n".join(str(row[3]) for row in rows)
+    assert "USING COVERING INDEX ix___agents_approvals_tool" in plan, plan
+    assert "USING INDEX ix___agents_approvals_deadline" in plan, plan
+    assert "USING INDEX ix___agents_approvals_oldest" in plan, plan
+    assert "USING INDEX ix___agents_states_updated_at" in plan, plan
+    scans = [line for line in plan.splitlines() if line.startswith("SCAN __agents")]
+    assert scans == ["SCAN __agents_approvals USING COVERING INDEX ix___agents_approvals_tool"]
