@@ -173,7 +173,11 @@ def _free_port() -> int:
         return port
 
 
-def _serve(url: str, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve_inbox(
+    url: str, logs: Path, executor_id: str = "bench-inbox"
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``helix-dbos serve`` on ``url`` (unauthenticated, its log in ``logs``), once it answers;
+    returns the process and its base URL. Its reconciler is off (see below)."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "helix_dbos.cli", "serve", "--allow-unauthenticated"]
@@ -181,7 +185,7 @@ def _serve(url: str, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("HELIX_")},
             "HELIX_DATABASE_URL": url,
-            "HELIX_EXECUTOR_ID": "bench-inbox",
+            "HELIX_EXECUTOR_ID": executor_id,
             # The built sessions have no workflow behind them: the reconciler would end them
             # mid-run and the pages would shrink under the measurement.
             "HELIX_HEAL_INTERVAL_SECONDS": "0",
@@ -256,7 +260,7 @@ def main() -> None:
             flush=True,
         )
         with tempfile.TemporaryDirectory() as tmp:
-            proc, base = _serve(url, Path(tmp))
+            proc, base = serve_inbox(url, Path(tmp))
             with httpx.Client(base_url=base, timeout=10) as client:
                 results = {
                     "first page (50, oldest first)": _timed(client, {}, args.requests),

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from approvals_inbox import SHARED_ADMIN, _free_port, build_inbox
+from approvals_inbox import SHARED_ADMIN, build_inbox, serve_inbox
 
 from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.pending_figures import pending_figures
@@ -45,38 +43,6 @@ from helix_dbos.store.store import SessionStore
 
 #: The client window of the served demo agents (``editContent``: the default 5 minutes).
 CLIENT_WINDOW_MS = 300_000
-
-
-def _serve(url: str, logs: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``helix-dbos serve`` on ``url``, its reconciler off: the built sessions have no
-    workflow behind them, and a reconciler would end them (and their approvals) mid-run."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HELIX_")}
-    env.update(
-        HELIX_DATABASE_URL=url,
-        HELIX_EXECUTOR_ID="bench-metrics",
-        HELIX_HEAL_INTERVAL_SECONDS="0",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "helix_dbos.cli", "serve", "--allow-unauthenticated"]
-        + ["--port", str(port)],
-        env=env,
-        stdout=(logs / "serve.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        cwd=logs,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError((logs / "serve.log").read_text()[-2000:])
-        try:
-            httpx.get(f"{base}/openapi.json", timeout=1).raise_for_status()
-            return proc, base
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def _percentiles(times: list[float]) -> dict[str, float]:
@@ -161,7 +127,7 @@ def main() -> None:
                 with psycopg.connect(url, autocommit=True) as conn:
                     conn.execute("VACUUM ANALYZE")
                 statement["after VACUUM"] = asyncio.run(_statement(url, args.requests))
-            proc, base = _serve(url, Path(tmp))
+            proc, base = serve_inbox(url, Path(tmp), "bench-metrics")
             with httpx.Client(base_url=base, timeout=30) as client:
                 scrape, text = _scrapes(client, args.requests)
             proc.terminate()
