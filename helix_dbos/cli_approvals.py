@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .cli import EXIT_OK, Command, CommandError, _add_database_options, _print_json, register
 from .cli import _with_operator as with_operator
+from .inspect import span
 
 if TYPE_CHECKING:
     from .runtime.operator import Operator
@@ -117,17 +118,6 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _span(ms: int) -> str:
-    seconds = abs(ms) / 1000
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 36 * 3600:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def render_approvals(page: ApprovalPage) -> str:
     """The page as a table, oldest first, with how to get the next page."""
     if not page.approvals:
@@ -142,8 +132,8 @@ def render_approvals(page: ApprovalPage) -> str:
                 a.root_session_id,
                 a.principal or "-",
                 a.tenant or "-",
-                _span(a.age_ms),
-                _span(a.deadline_at - a.created_at - a.age_ms),
+                span(a.age_ms / 1000),
+                span((a.deadline_at - a.created_at - a.age_ms) / 1000),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -281,10 +281,11 @@ async def inspect_session(
 def _age(at: datetime | None, now: datetime) -> str:
     if at is None:
         return "-"
-    return f"{_span((_utc(now) - _utc(at)).total_seconds())} ago"
+    return f"{span((_utc(now) - _utc(at)).total_seconds())} ago"
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """A duration for people: ``42s``, ``17m``, ``5.2h``, ``3.0d`` (its sign dropped)."""
     seconds = abs(seconds)
     if seconds < 90:
         return f"{seconds:.0f}s"
@@ -328,7 +329,7 @@ def render_sessions(rows: Sequence[SessionRow], now: datetime | None = None) -> 
 def _deadline(call: PendingCall, at_ms: int) -> str:
     left = (call.deadline_at - at_ms) / 1000
     when = _iso_ms(call.deadline_at) or "-"
-    return f"{when} (in {_span(left)})" if left > 0 else f"{when} (lapsed {_span(left)} ago)"
+    return f"{when} (in {span(left)})" if left > 0 else f"{when} (lapsed {span(left)} ago)"
 
 
 def _one_line(text: str, width: int = 100) -> str:
