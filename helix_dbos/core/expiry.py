@@ -19,6 +19,7 @@ lapse is resolved by the policy the call was made under, even after a deploy cha
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +27,14 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ToolDefinitionError
 
-__all__ = ["DefaultResult", "OnTimeout", "TimeoutAction", "check_on_timeout", "check_remind"]
+__all__ = [
+    "DefaultResult",
+    "OnTimeout",
+    "TimeoutAction",
+    "check_on_timeout",
+    "check_remind",
+    "wait_outcome",
+]
 
 TimeoutAction = Literal["error", "deny", "approve", "result"]
 """The recorded name of a policy (``onTimeout.action`` on the pending entry)."""
@@ -139,3 +147,22 @@ def _no_wait(name: str, option: str = "on_timeout") -> ToolDefinitionError:
         f"Tool {name!r}: {option} is for a tool that waits (a client tool or an approval gate)",
         toolName=name,
     )
+
+
+def wait_outcome(result: Mapping[str, Any]) -> str | None:
+    """How a committed tool result's wait ended (for the stream, the log and the metrics), or
+    ``None`` if it did not wait.
+
+    ``answered`` (a client's result or error, or an approval given), ``denied`` (an approval
+    refused), ``expired`` (the deadline lapsed), ``abandoned`` (a new message dropped it).
+    """
+    if not result.get("suspended"):
+        return None
+    outcome = result.get("outcome")
+    if outcome == "answered":
+        return "denied" if result.get("errorCode") == "approval_denied" else "answered"
+    if outcome in ("timeout", "expired"):
+        return "expired"
+    if outcome == "abandoned":
+        return "abandoned"
+    return None  # not_executed: the call never waited

@@ -30,6 +30,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..core.expiry import wait_outcome
 from ..core.session import SubmitAnswer
 from ..errors import HelixError
 
@@ -207,24 +208,6 @@ def deactivate(metrics: ApprovalMetrics) -> None:
 def active() -> ApprovalMetrics | None:
     """The metrics this process records into, if a runtime is launched."""
     return _active
-
-
-def wait_outcome(result: Mapping[str, Any]) -> str | None:
-    """The histogram's outcome of a committed tool result, or ``None`` if it did not wait.
-
-    ``answered`` (a client's result or error, or an approval given), ``denied`` (an approval
-    refused), ``expired`` (the deadline lapsed), ``abandoned`` (a new message dropped it).
-    """
-    if not result.get("suspended"):
-        return None
-    outcome = result.get("outcome")
-    if outcome == "answered":
-        return "denied" if result.get("errorCode") == "approval_denied" else "answered"
-    if outcome in ("timeout", "expired"):
-        return "expired"
-    if outcome == "abandoned":
-        return "abandoned"
-    return None  # not_executed: the call never waited
 
 
 def record_outcome(tool: str, outcome: str, wait_ms: int) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from ..core.expiry import wait_outcome
 from .records import ToolCallRef, ToolResult
 
 __all__ = ["call_outcome", "end_fields", "resolve_call"]
@@ -137,14 +138,7 @@ def call_outcome(result: ToolResult) -> str | None:
     client's result or error, or an approval given), ``denied`` (a human refused it),
     ``expired`` (its deadline lapsed, whatever the policy made of it) or ``abandoned``;
     ``None`` for a call that never waited."""
-    if not result.get("suspended"):
-        return None
-    outcome = result.get("outcome")
-    if outcome == "timeout":
-        return "expired"
-    if outcome == "answered":
-        return "denied" if result.get("errorCode") == "approval_denied" else "answered"
-    return "abandoned" if outcome == "abandoned" else None
+    return wait_outcome(result)
 
 
 def end_fields(result: ToolResult) -> dict[str, Any]:
