@@ -35,6 +35,18 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=40)
     parser.add_argument("--model-delay-ms", type=int, default=150)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--hot-window",
+        type=float,
+        default=None,
+        help="the server's hot window in seconds (HELIX_HIBERNATE_AFTER_SECONDS)",
+    )
+    parser.add_argument(
+        "--slow-answers",
+        type=float,
+        default=0.3,
+        help="with --hot-window: the share of calls answered after 1-2.5 hot windows",
+    )
     args = parser.parse_args()
     with PrivateCluster.create() as cluster, tempfile.TemporaryDirectory() as workdir:
         report = asyncio.run(
@@ -47,6 +59,8 @@ def main() -> int:
                 model_delay_ms=args.model_delay_ms,
                 session_timeout=180,
                 seed=args.seed,
+                hot_window=args.hot_window,
+                slow_answer_share=args.slow_answers if args.hot_window is not None else 0.0,
             )
         )
     print(json.dumps(report.summary(), indent=1, default=str))

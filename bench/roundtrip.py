@@ -1,5 +1,8 @@
 """Benchmark: the in-process client-tool round trip, against a raw DBOS workflow of the same
-shape (model step, park on recv, submit, model step), measured in the same run.
+shape (model step, park on recv, submit, model step), measured in the same run. Two helix
+kinds: ``helix``, whose turn waits live for its submit (its agent never hibernates), and
+``helix_hibernated``, whose turn hibernates as it parks (a hot window of 0), so that its
+submit starts the continuation workflow from the session's record.
 
 Reports suspend, resume and answer p50/p95 (ms), process CPU per round trip (ms), SQL statements per
 round trip (every statement a psycopg cursor of the process sends: ours and DBOS's),
@@ -8,6 +11,8 @@ threads before and after parking them), and Postgres transactions per round trip
 (xact_commit delta), with the ratio helix / raw of each.
 
     .venv/bin/python bench/roundtrip.py [--iterations 200] [--parked 1000]
+    .venv/bin/python bench/roundtrip.py --only round-trip --iterations 200
+    .venv/bin/python bench/roundtrip.py --only hot      # or: --only hibernated
     .venv/bin/python bench/roundtrip.py --only parked --parked 10000
     .venv/bin/python bench/roundtrip.py --only parked --parked 1000 --trace-files
 
@@ -33,6 +38,7 @@ import threading
 import time
 import tracemalloc
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import psycopg
@@ -43,7 +49,9 @@ from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent, define_tool
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, TurnHandle, names
+from helix_dbos.runtime.continuation import run_continuation
+from helix_dbos.runtime.hibernation import hot_window
 
 ADMIN = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -62,12 +70,26 @@ def script(request: LLMRequest) -> LLMResponse:
     return reply("done")
 
 
+# Long enough for 10,000 turns to park and stay parked while they are measured.
+EDIT = define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=3600)
+
 AGENT = define_agent(
     "bench",
     # A real adapter keeps no conversation; neither does the benchmark's scripted model.
     llm=ScriptedLLM(script, keep_requests=0),
-    # Long enough for 10,000 turns to park and stay parked while they are measured.
-    tools=[define_tool("edit", "edit", In, Out, execute="client", client_tool_timeout=3600)],
+    tools=[EDIT],
+    # The hot round trip wakes a live park: however slow the machine, its turns never
+    # hibernate while they are measured (nor the parked ones while their memory is).
+    hibernate_after="never",
+)
+
+HIBERNATING = define_agent(
+    "bench_hibernating",
+    llm=ScriptedLLM(script, keep_requests=0),
+    tools=[EDIT],
+    # The hibernated round trip: the turn parks, hibernates at once, and its submit starts
+    # the continuation from the record.
+    hibernate_after=0,
 )
 
 
@@ -215,20 +237,87 @@ def xacts(url: str) -> int:
     return int(row[0])
 
 
+def check_windows() -> None:
+    """Refuse to measure with agents whose hot windows are not what their kinds measure."""
+    if hot_window(AGENT) is not None or hot_window(HIBERNATING) != 0:
+        raise RuntimeError("The hot agent must never hibernate, the hibernating one at once")
+
+
+def ended(outcome: Any, expected: str) -> None:
+    """Refuse a turn's outcome that is not ``expected``: a figure must measure its kind."""
+    found = outcome.get("outcome") if isinstance(outcome, dict) else outcome
+    if found != expected:
+        raise RuntimeError(f"A measured turn ended {found!r}, not {expected!r}")
+
+
 async def helix_round_trip(
     rt: AgentRuntime, session_id: str | None = None
 ) -> tuple[float, float, float]:
     t0 = time.perf_counter()
-    handle = await rt.start("bench", "go", session_id=session_id)
+    handle = await rt.start(AGENT.name, "go", session_id=session_id)
     await wait_in(cast(ParkedSet, rt.ctx.parked), handle.workflow_id or "")
     t1 = time.perf_counter()
     state = await rt.session(handle.session_id)
     (tcid,) = state.pending
     t2 = time.perf_counter()
     await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
-    await handle.result()
+    # The turn's own workflow, not ``handle.result()``: that one would follow a turn that
+    # hibernated into its continuation, and the check below would not see it.
+    outcome = await handle.workflow.get_result()
     t3 = time.perf_counter()
+    ended(outcome, "completed")
     # The final answer's commit is the session's last with events.
+    answered = _answered.pop(handle.session_id)
+    return (t1 - t0) * 1000, (t3 - t2) * 1000, (answered - t2) * 1000
+
+
+#: The in-process handles of the continuations this process starts, by workflow id.
+_continuations: dict[str, Any] = {}
+
+
+def record_continuations() -> None:
+    """Keep the handle of every continuation this process starts (``_continuations``).
+
+    ``TurnHandle.result()`` follows a hibernated turn into its continuation through
+    ``DBOS.retrieve_workflow_async``, whose handle polls the database for the result (once a
+    second by default): the hibernated resume would measure that poll. The handle DBOS's start
+    returns waits on the workflow's task, as the hot kind's handle does.
+    """
+    start = DBOS.start_workflow_async
+
+    async def recording(func: Any, *args: Any, **kwargs: Any) -> Any:
+        handle = await start(func, *args, **kwargs)
+        if func is run_continuation:
+            _continuations[handle.workflow_id] = handle
+        return handle
+
+    DBOS.start_workflow_async = staticmethod(recording)  # type: ignore[method-assign]
+
+
+async def hibernate(rt: AgentRuntime) -> TurnHandle:
+    """Start a turn of the hibernating agent; its handle once its workflow has hibernated."""
+    handle = await rt.start(HIBERNATING.name, "go")
+    ended(await handle.workflow.get_result(), "hibernated")
+    return handle
+
+
+async def hibernated_round_trip(rt: AgentRuntime) -> tuple[float, float, float]:
+    """The round trip of a turn that hibernated before its submit: suspend ends when the
+    turn's first workflow has ended hibernated, resume when the continuation the submit
+    started has."""
+    t0 = time.perf_counter()
+    handle = await hibernate(rt)
+    t1 = time.perf_counter()
+    state = await rt.session(handle.session_id)
+    (tcid,) = state.pending
+    t2 = time.perf_counter()
+    await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
+    continuation = _continuations.pop(
+        names.continuation_workflow_id(handle.session_id, state.run_id or "")
+    )
+    outcome = await continuation.get_result()
+    t3 = time.perf_counter()
+    ended(outcome, "completed")
     answered = _answered.pop(handle.session_id)
     return (t1 - t0) * 1000, (t3 - t2) * 1000, (answered - t2) * 1000
 
@@ -388,7 +477,8 @@ async def throughput(fn: Any, rt: AgentRuntime, concurrency: int, total: int) ->
 
 async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[str, Any]:
     """Park ``n`` sessions (16 starting at a time) and keep them parked: RSS per parked session,
-    threads before and after."""
+    threads before and after. A ``helix_hibernated`` session is parked once its turn has
+    hibernated (its workflow ended)."""
     global _timing_answers
     _timing_answers = False
     _answered.clear()
@@ -403,8 +493,10 @@ async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[s
     async def one(i: int) -> None:
         async with sem:
             if kind == "helix":
-                handle = await rt.start("bench", "go")
+                handle = await rt.start(AGENT.name, "go")
                 await wait_in(cast(ParkedSet, rt.ctx.parked), handle.workflow_id or "")
+            elif kind == "helix_hibernated":
+                await hibernate(rt)
             else:
                 wid = f"rawpark-{uuid.uuid4().hex}"
                 with SetWorkflowID(wid):
@@ -435,16 +527,40 @@ async def parked_rss(kind: str, rt: AgentRuntime, n: int, trace: bool) -> dict[s
     return figures
 
 
-async def main() -> None:
+#: Each round-trip kind, by the label its figures carry.
+ROUND_TRIPS: dict[str, Callable[[AgentRuntime], Awaitable[tuple[float, float, float]]]] = {
+    "raw_dbos": raw_round_trip,
+    "helix": helix_round_trip,
+    "helix_hibernated": hibernated_round_trip,
+}
+#: The helix kinds each ``--only`` measures (beside raw DBOS, always measured as the baseline).
+SELECTIONS = {
+    "all": ("helix", "helix_hibernated"),
+    "round-trip": ("helix", "helix_hibernated"),
+    "hot": ("helix",),
+    "hibernated": ("helix_hibernated",),
+    "parked": ("helix", "helix_hibernated"),
+}
+#: The ratios reported when both kinds were measured: name, kind, over which kind.
+RATIOS = (
+    ("ratios_helix_over_raw", "helix", "raw_dbos"),
+    ("ratios_follow_up_over_raw", "helix_follow_up", "raw_dbos"),
+    ("ratios_hibernated_over_raw", "helix_hibernated", "raw_dbos"),
+    ("ratios_hibernated_over_helix", "helix_hibernated", "helix"),
+)
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--throughput", type=int, default=200)
     parser.add_argument("--parked", type=int, default=1000)
     parser.add_argument(
         "--only",
-        choices=("all", "parked", "round-trip"),
+        choices=tuple(SELECTIONS),
         default="all",
-        help="parked: only the parked-memory figures; round-trip: all but them",
+        help="parked: only the parked-memory figures; round-trip: all but them; hot, "
+        "hibernated: only the round trips of that helix kind (and raw DBOS's)",
     )
     parser.add_argument(
         "--follow-ups",
@@ -456,61 +572,61 @@ async def main() -> None:
         action="store_true",
         help="also print tracemalloc bytes per parked session by source file",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def measure(rt: AgentRuntime, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure ``args`` ask for, by kind, and the ratios between kinds."""
+    selected = ("raw_dbos", *SELECTIONS[args.only])
+    report: dict[str, Any] = {label: {} for label in (*selected, "helix_follow_up")}
+    if args.only != "parked":
+        kinds = {label: ROUND_TRIPS[label] for label in selected}
+        if args.follow_ups:
+            # One ended session per follow-up round trip.
+            await end_sessions(rt, round_trips_per_kind(args.iterations, args.throughput))
+            kinds["helix_follow_up"] = follow_up_round_trip
+        measured = await interleaved(kinds, rt, url, args.iterations, args.throughput)
+        for label, figures in measured.items():
+            report[label].update(figures)
+    else:
+        # A few warm-up round trips each, so that first-use allocations (imports, pools,
+        # compiled statements) are not counted as the parked sessions' memory.
+        for label in selected:
+            for _ in range(10):
+                await ROUND_TRIPS[label](rt)
+    if args.only in ("all", "parked"):
+        # DBOS's thread pool grows with load up to its bound, whatever parks: grow it
+        # first, so that its threads are not counted as the parked sessions' memory (the
+        # threads figures show that parking adds none).
+        for label in selected:
+            await asyncio.gather(*[ROUND_TRIPS[label](rt) for _ in range(64)])
+        for label in selected:
+            report[label].update(await parked_rss(label, rt, args.parked, args.trace_files))
+    for name, kind, over in RATIOS:
+        if report.get(kind) and report.get(over):
+            report[name] = {
+                k: report[kind][k] / report[over][k] for k in report[kind] if report[over].get(k)
+            }
+    return {label: figures for label, figures in report.items() if figures}
+
+
+async def main() -> None:
+    args = arguments()
     name = f"helix_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = ADMIN.rpartition("/")[0] + "/" + name
+    # The deadline keeper runs as shipped (one read a second: no round trip's cost).
     rt = AgentRuntime(
-        [AGENT], HelixSettings(database_url=url, executor_id="bench", application_version="bench")
+        [AGENT, HIBERNATING],
+        HelixSettings(database_url=url, executor_id="bench", application_version="bench"),
     )
+    record_continuations()
     await rt.launch()
+    check_windows()
     watch_parked(rt)
-    report: dict[str, Any] = {"raw_dbos": {}, "helix": {}, "helix_follow_up": {}}
     try:
-        if args.only != "parked":
-            kinds = {"raw_dbos": raw_round_trip, "helix": helix_round_trip}
-            if args.follow_ups:
-                # One ended session per follow-up round trip.
-                await end_sessions(rt, round_trips_per_kind(args.iterations, args.throughput))
-                kinds["helix_follow_up"] = follow_up_round_trip
-            measured = await interleaved(kinds, rt, url, args.iterations, args.throughput)
-            for label, figures in measured.items():
-                report[label].update(figures)
-        else:
-            # A few warm-up round trips each, so that first-use allocations (imports, pools,
-            # compiled statements) are not counted as the parked sessions' memory.
-            for fn in (raw_round_trip, helix_round_trip):
-                for _ in range(10):
-                    await fn(rt)
-        if args.only != "round-trip":
-            # DBOS's thread pool grows with load up to its bound, whatever parks: grow it
-            # first, so that its threads are not counted as the parked sessions' memory (the
-            # threads figures show that parking adds none).
-            for fn in (raw_round_trip, helix_round_trip):
-                await asyncio.gather(*[fn(rt) for _ in range(64)])
-            for label in ("raw_dbos", "helix"):
-                report[label].update(
-                    await parked_rss(
-                        "raw" if label == "raw_dbos" else "helix",
-                        rt,
-                        args.parked,
-                        args.trace_files,
-                    )
-                )
-        report["ratios_helix_over_raw"] = {
-            k: report["helix"][k] / report["raw_dbos"][k]
-            for k in report["helix"]
-            if report["raw_dbos"].get(k)
-        }
-        if report["helix_follow_up"]:
-            report["ratios_follow_up_over_raw"] = {
-                k: report["helix_follow_up"][k] / report["raw_dbos"][k]
-                for k in report["helix_follow_up"]
-                if report["raw_dbos"].get(k)
-            }
-        else:
-            del report["helix_follow_up"]
+        report = await measure(rt, url, args)
     finally:
         await rt.shutdown()
         with psycopg.connect(ADMIN, autocommit=True) as conn:

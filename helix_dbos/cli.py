@@ -647,7 +647,7 @@ register(
     Command(
         name="inspect",
         help="show one session: status, pending calls, ownership, tombstones, messages, "
-        "its DBOS workflow and its sub-agent tree",
+        "its DBOS workflow (or since when its turn is hibernated) and its sub-agent tree",
         configure=_configure_inspect,
         run=_run_inspect,
     )

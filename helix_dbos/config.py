@@ -137,6 +137,13 @@ def parse_database_url(url: str) -> DatabaseUrls:
     )
 
 
+def _seconds_or_never(value: str) -> float | None:
+    """A number of seconds, or ``none`` / ``never`` (``None``)."""
+    if value.strip().lower() in ("none", "never"):
+        return None
+    return float(value)
+
+
 def _env_bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
@@ -165,6 +172,12 @@ class HelixSettings:
     """How often the runtime's reconciler runs (``0``: never; ``helix-dbos heal`` still does)."""
     heal_grace_seconds: float = 15.0
     """How long a session must be untouched before the reconciler judges it."""
+    hibernate_after_seconds: float | None = 60.0
+    """A parked turn's hot window when its agent sets none: seconds its workflow waits live
+    before the turn hibernates (``0``: at once; ``None``: never). ``define_agent``'s
+    ``hibernate_after`` wins."""
+    deadline_keeper_seconds: float = 1.0
+    """How often the deadline keeper looks for hibernated batches that are due (``0``: never)."""
     extra_dbos_config: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -194,6 +207,13 @@ class HelixSettings:
             )
         if self.max_result_bytes <= 0:
             raise ConfigError("max_result_bytes must be > 0")
+        window = self.hibernate_after_seconds
+        if window is not None and not (0 <= window < float("inf")):
+            raise ConfigError(
+                f"hibernate_after_seconds must be a finite number >= 0 or None (got {window})"
+            )
+        if self.deadline_keeper_seconds < 0:
+            raise ConfigError("deadline_keeper_seconds must be >= 0")
         if (
             self.store_max_state_bytes is not None
             and self.max_result_bytes > self.store_max_state_bytes
@@ -249,6 +269,12 @@ class HelixSettings:
                 values["heal_interval_seconds"] = float(env["HELIX_HEAL_INTERVAL_SECONDS"])
             if env.get("HELIX_HEAL_GRACE_SECONDS"):
                 values["heal_grace_seconds"] = float(env["HELIX_HEAL_GRACE_SECONDS"])
+            if env.get("HELIX_HIBERNATE_AFTER_SECONDS"):
+                values["hibernate_after_seconds"] = _seconds_or_never(
+                    env["HELIX_HIBERNATE_AFTER_SECONDS"]
+                )
+            if env.get("HELIX_DEADLINE_KEEPER_SECONDS"):
+                values["deadline_keeper_seconds"] = float(env["HELIX_DEADLINE_KEEPER_SECONDS"])
         except ValueError as exc:
             raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
         if env.get("HELIX_FORWARD_VERSIONS"):

@@ -17,6 +17,8 @@ from .core.clock import now_ms
 from .core.messages import Message
 from .core.session import PendingCall, SessionState, Tombstone
 from .runtime.fleet import adoption_history
+from .runtime.hibernation import mark_of
+from .runtime.names import continuation_workflow_id
 from .runtime.operator import Operator, WorkflowInfo
 
 if TYPE_CHECKING:
@@ -74,6 +76,34 @@ def _workflow_dump(w: WorkflowInfo) -> dict[str, Any]:
     }
 
 
+def _continuation_id(state: SessionState) -> str | None:
+    """The workflow that continues ``state``'s hibernated turn (started or not), if any."""
+    if mark_of(state) is None or state.run_id is None:
+        return None
+    return continuation_workflow_id(state.session_id, state.run_id)
+
+
+def hibernation_dump(
+    state: SessionState, at_ms: int, continuation: WorkflowInfo | None = None
+) -> dict[str, Any] | None:
+    """``state``'s hibernated turn (``metadata.hibernated``) as JSON, or ``None`` when its turn
+    is not hibernated. ``dueAt`` is ``None`` when the turn is due at once (its batch is
+    complete, or a new message abandoned it); ``due``: whether it is due at ``at_ms``."""
+    mark = mark_of(state)
+    if mark is None:
+        return None
+    due_at = int(mark["dueAt"])
+    return {
+        "at": _iso_ms(int(mark["at"])),
+        "dueAt": _iso_ms(due_at) if due_at else None,
+        "due": due_at <= at_ms,
+        "step": mark["step"],
+        "workflowId": mark["workflowId"],
+        "continuationWorkflowId": _continuation_id(state),
+        "continuationStatus": continuation.status if continuation else None,
+    }
+
+
 # -- recent sessions ------------------------------------------------------------------------
 
 
@@ -90,6 +120,8 @@ class SessionRow:
     pending_calls: int
     created_at: datetime | None
     updated_at: datetime | None
+    hibernated: dict[str, Any] | None = None
+    """``hibernation_dump`` of the session when its turn is hibernated."""
 
     def dump(self) -> dict[str, Any]:
         """The JSON form (camelCase keys, ISO-8601 UTC times)."""
@@ -103,6 +135,7 @@ class SessionRow:
             "pendingCalls": self.pending_calls,
             "createdAt": _iso(self.created_at),
             "updatedAt": _iso(self.updated_at),
+            "hibernated": self.hibernated,
         }
 
 
@@ -114,6 +147,7 @@ async def list_sessions(
     limit: int = 20,
 ) -> list[SessionRow]:
     """The most recently updated sessions, newest first."""
+    at = now_ms()
     return [
         SessionRow(
             session_id=listed.state.session_id,
@@ -125,6 +159,7 @@ async def list_sessions(
             pending_calls=len(listed.state.pending),
             created_at=listed.created_at,
             updated_at=listed.updated_at,
+            hibernated=hibernation_dump(listed.state, at),
         )
         for listed in await operator.sessions(status=status, agent_type=agent_type, limit=limit)
     ]
@@ -144,6 +179,8 @@ class TreeNode:
     workflow: WorkflowInfo | None
     pending: list[PendingCall]
     children: list[TreeNode] = field(default_factory=list)
+    hibernated: bool = False
+    """Its turn is hibernated: no workflow runs it until its continuation starts."""
 
     def dump(self) -> dict[str, Any]:
         """The JSON form (children nested)."""
@@ -153,6 +190,7 @@ class TreeNode:
             "status": self.status,
             "runId": self.run_id,
             "workflowStatus": self.workflow.status if self.workflow else None,
+            "hibernated": self.hibernated,
             "pendingToolCallIds": [p.tool_call_id for p in self.pending],
             "children": [c.dump() for c in self.children],
         }
@@ -173,6 +211,8 @@ class SessionReport:
     at_ms: int
     adoptions: list[dict[str, Any]] = field(default_factory=list)
     """Every take-over of a turn of the tree by another process (docs/fleet.md)."""
+    continuation: WorkflowInfo | None = None
+    """The continuation's workflow, when the session's turn is hibernated and it started."""
 
     @property
     def ownership(self) -> dict[str, str]:
@@ -199,6 +239,7 @@ class SessionReport:
             "tenant": s.tenant,
             "error": s.error,
             "workflow": _workflow_dump(self.workflow) if self.workflow else None,
+            "hibernated": hibernation_dump(s, self.at_ms, self.continuation),
             "pendingToolCalls": [
                 {
                     **call.dump(),
@@ -225,6 +266,7 @@ def _build_tree(states: Sequence[SessionState], workflows: dict[str, WorkflowInf
             s.run_id,
             workflows.get(s.workflow_id or ""),
             sorted(s.pending.values(), key=lambda p: (p.run_id, p.index)),
+            hibernated=mark_of(s) is not None,
         )
         for s in states
     }
@@ -248,7 +290,11 @@ async def inspect_session(
     tree = await operator.tree(session_id)
     root = tree[0]
     session = next(s for s in tree if s.session_id == session_id)
-    workflows = await operator.workflows(s.workflow_id for s in tree if s.workflow_id)
+    continuation = _continuation_id(session)
+    # One read of DBOS's status for every turn of the tree and the continuation, if any.
+    workflows = await operator.workflows(
+        [*(s.workflow_id for s in tree if s.workflow_id), *([continuation] if continuation else [])]
+    )
     history = await operator.store.load_messages(session_id)
     mine = {session_id}
     for s in tree:  # the inspected session and everything below it
@@ -272,6 +318,7 @@ async def inspect_session(
         message_count=len(history),
         tree=_build_tree(tree, workflows),
         at_ms=now_ms(),
+        continuation=workflows.get(continuation or ""),
     )
 
 
@@ -316,7 +363,7 @@ def render_sessions(rows: Sequence[SessionRow], now: datetime | None = None) -> 
             [
                 r.session_id,
                 r.agent_type,
-                r.status,
+                f"{r.status}(hibernated)" if r.hibernated else r.status,
                 r.run_id or "-",
                 str(r.pending_calls),
                 _age(r.updated_at, now),
@@ -351,6 +398,8 @@ def _tree_lines(
     node: TreeNode, focus: str, prefix: str = "", last: bool = True, top: bool = True
 ) -> list[str]:
     workflow = node.workflow.status if node.workflow else "no workflow"
+    if node.hibernated:
+        workflow = "hibernated"  # its workflow has ended; none runs it until it continues
     waiting = (
         f"  waiting on {', '.join(p.tool_call_id for p in node.pending)}" if node.pending else ""
     )
@@ -364,6 +413,26 @@ def _tree_lines(
     for i, child in enumerate(node.children):
         lines += _tree_lines(child, focus, inner, i == len(node.children) - 1, top=False)
     return lines
+
+
+def _hibernation_lines(report: SessionReport) -> list[str]:
+    """``hibernated since <at>, due <dueAt>`` and the continuation's workflow, if hibernated."""
+    mark = mark_of(report.session)
+    if mark is None:
+        return []
+    due_at, at = int(mark["dueAt"]), report.at_ms
+    if not due_at:
+        due = "due now (its batch is complete, or a new message abandoned it)"
+    elif due_at > at:
+        due = f"due {_iso_ms(due_at)} (in {span((due_at - at) / 1000)})"
+    else:
+        due = f"due {_iso_ms(due_at)} (overdue {span((at - due_at) / 1000)})"
+    w = report.continuation
+    started = f"{w.status}  executor={w.executor_id}" if w is not None else "not started"
+    return [
+        f"hibernated since {_iso_ms(int(mark['at']))}, {due}",
+        f"continues {_continuation_id(report.session)}  {started}",
+    ]
 
 
 def render_report(report: SessionReport) -> str:
@@ -389,6 +458,7 @@ def render_report(report: SessionReport) -> str:
         )
     else:
         out.append(f"workflow  {s.workflow_id or '-'}  (no DBOS status row)")
+    out += _hibernation_lines(report)
     out.append("")
     out.append(f"pending calls ({len(report.pending)})")
     for owner, call in report.pending:

@@ -132,3 +132,13 @@ def restore_logging() -> Iterator[None]:
         log.handlers = handlers
         log.propagate = propagate
         log.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _no_service_tag_leaks() -> Iterator[None]:
+    """A runtime or router built with ``service_name`` tags every later log event in the
+    process; a test that set it must not tag the next test's events."""
+    yield
+    from helix_dbos.observability.log import set_service_name
+
+    set_service_name(None)

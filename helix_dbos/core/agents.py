@@ -6,6 +6,7 @@ import functools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -54,6 +55,9 @@ class Agent:
     """A root session's turns run in ONE long-lived workflow fed by its inbox (docs/lifecycle.md)."""
     idle_ttl: float = DEFAULT_IDLE_TTL
     """Persistent only: seconds the workflow waits idle between turns before it hibernates."""
+    hibernate_after: float | None = None
+    """Seconds a turn parked on a batch stays a live workflow (its hot window) before it
+    hibernates; ``None``: the runtime's ``hibernate_after_seconds``; ``math.inf``: never."""
 
     @functools.cached_property
     def tool_schemas(self) -> tuple[ToolSchema, ...]:
@@ -100,6 +104,7 @@ def define_agent(
     completed_tombstone_retention: float = DEFAULT_TOMBSTONE_RETENTION,
     persistent: bool = False,
     idle_ttl: float | None = None,
+    hibernate_after: float | Literal["never"] | None = None,
 ) -> Agent:
     """Declare an agent.
 
@@ -117,6 +122,11 @@ def define_agent(
             from an inbox, instead of one workflow per turn (see docs/lifecycle.md).
         idle_ttl: persistent only: seconds the workflow waits idle for the next message before
             it hibernates (ends; the next message starts a new one). Default 300, finite, > 0.
+        hibernate_after: seconds a turn parked on client calls or approvals stays a live
+            workflow before it hibernates (its workflow ends; a submit or the batch's deadline
+            continues it, see docs/client-tools.md). ``0`` hibernates at once, ``"never"``
+            never; ``None`` (the default) takes the runtime's ``hibernate_after_seconds``
+            (``HELIX_HIBERNATE_AFTER_SECONDS``, 60 by default).
 
     Raises:
         ToolDefinitionError: a bad name, step count, deadline, retention or idle TTL (or an
@@ -138,6 +148,7 @@ def define_agent(
             raise ToolDefinitionError(f"Agent {name!r}: idle_ttl needs persistent=True")
         if not isinstance(idle_ttl, int | float) or not math.isfinite(idle_ttl) or idle_ttl <= 0:
             raise ToolDefinitionError(f"Agent {name!r}: idle_ttl must be a finite number > 0")
+    hot_window = _hot_window(name, hibernate_after)
     children = tuple(subagents)
     all_tools = tuple(tools) + tuple(subagent_tool(child) for child in children)
     names = [t.name for t in all_tools]
@@ -154,7 +165,27 @@ def define_agent(
         subagents=children,
         persistent=bool(persistent),
         idle_ttl=float(idle_ttl) if idle_ttl is not None else DEFAULT_IDLE_TTL,
+        hibernate_after=hot_window,
     )
+
+
+def _hot_window(name: str, hibernate_after: float | str | None) -> float | None:
+    """``define_agent``'s ``hibernate_after`` as the agent stores it (``math.inf``: never)."""
+    if hibernate_after is None:
+        return None
+    if hibernate_after == "never":
+        return math.inf
+    if (
+        isinstance(hibernate_after, bool)
+        or not isinstance(hibernate_after, int | float)
+        or not math.isfinite(hibernate_after)
+        or hibernate_after < 0
+    ):
+        raise ToolDefinitionError(
+            f"Agent {name!r}: hibernate_after must be a finite number of seconds >= 0 or "
+            f"'never' (got {hibernate_after!r})"
+        )
+    return float(hibernate_after)
 
 
 class AgentRegistry:

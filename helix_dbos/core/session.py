@@ -133,6 +133,9 @@ class SubmitAnswer(BaseModel):
     owner_workflow_id: str | None = Field(default=None, exclude=True)
     """The workflow the answer woke (never on the wire): lets the runtime see that the turn
     is parked in this process without another read."""
+    continued_here: bool = Field(default=False, exclude=True)
+    """The answer completed a hibernated turn's batch and this process started its
+    continuation (never on the wire): nothing else needs to run it."""
 
     def dump(self) -> dict[str, Any]:
         """The wire form."""

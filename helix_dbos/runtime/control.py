@@ -18,8 +18,10 @@ from ..observability.log import log_event
 from ..store.store import NoChange, now_ms
 from . import names, notes, records
 from .context import RuntimeContext
+from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
-from .records import STASH_KEY, EntryStash
+from .hibernation import mark_of
+from .records import HIBERNATED_KEY, STASH_KEY, EntryStash
 from .wake import send_to_turn
 
 __all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]
@@ -81,6 +83,7 @@ async def stop_tree(
         for s in live:
             stopped.extend((s, entry) for entry in stop_pending(s, root, at))
             s.metadata.pop(STASH_KEY, None)
+            s.metadata.pop(HIBERNATED_KEY, None)  # nothing is left to continue
             # A persistent session's workflow is cancelled below: the next message starts anew.
             records.release_mark(s.metadata, s.workflow_id)
             s.status = "failed" if abort else "interrupted"
@@ -220,17 +223,26 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
             raise NoChange(None)
         stashed: EntryStash = {"message": message, "abandonPending": abandon, "runId": run_id}
         s.metadata[STASH_KEY] = stashed
+        mark = mark_of(s)
+        if mark is not None and abandon:
+            mark["dueAt"] = 0  # an abandoned batch waits no more: continue it now
         # Wake every call of the batch: the coroutine may be parked on an answered call whose
         # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
         return [p.tool_call_id for p in batch_of(s.pending, run_id)]
 
-    _, to_wake = await ctx.store.update([root.session_id], stash)
+    saved, to_wake = await ctx.store.update([root.session_id], stash)
     if to_wake is None:
         raise AgentAlreadyRunningError(
             "The turn is already continuing; send the message when it ends",
             sessionId=root.session_id,
         )
-    if abandon and root.workflow_id:
+    stashed_on = saved[root.session_id]
+    if mark_of(stashed_on) is not None:
+        # A hibernated turn: no workflow to wake; an abandon continues it now, a drain-first
+        # message waits in the row for the batch's last answer (or its deadline).
+        if abandon:
+            await start_continuation(ctx, stashed_on)
+    elif abandon and root.workflow_id:
         for tcid in to_wake:
             await send_to_turn(
                 ctx,

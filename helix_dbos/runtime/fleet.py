@@ -132,10 +132,10 @@ async def _pending_groups(
         sa.text(
             f"SELECT executor_id, application_version, COUNT(*) FROM "
             f"{workflow_table(dialect, schema)} WHERE status IN ('PENDING', 'ENQUEUED') "
-            "AND name = :name "
+            "AND name IN (:turn, :continuation) "
             "GROUP BY executor_id, application_version"
         ),
-        {"name": names.TURN_WORKFLOW},
+        {"turn": names.TURN_WORKFLOW, "continuation": names.CONTINUE_WORKFLOW},
     )
     return [(r[0] or "", r[1] or "", int(r[2])) for r in rows]
 

@@ -50,11 +50,14 @@ from ..core.session import (
 )
 from ..observability import approval_metrics
 from ..observability.log import log_event
+from ..store.hibernated import touched_hibernated
 from ..store.store import NoChange, now_ms, patience
 from . import names, records
 from .context import RuntimeContext
+from .continuation import start_continuation
 from .control import wake_stopped
 from .entry import ACTIVE_STATUSES
+from .hibernation import mark_of
 from .records import STASH_KEY, RepairRecord
 from .submit import wake_answered
 
@@ -62,6 +65,9 @@ __all__ = ["Repair", "heal", "heal_forever"]
 
 _ENDED_WORKFLOW = frozenset({"SUCCESS", "ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"})
 _PAGE = 500
+HIBERNATED_LOOKBACK_SECONDS = 600.0
+"""How far back a pass looks for hibernated turns written since they hibernated (the passes
+run every few seconds: ten minutes is many passes)."""
 """Running workflows read per query by a pass (and sessions per lookup)."""
 
 
@@ -74,7 +80,8 @@ class Repair:
     workflow_status: str | None
     """DBOS's status of the workflow (``None``: no such workflow)."""
     action: str
-    """``started``, ``ended_cancelled``, ``ended_lost``, ``rewoken`` or ``cancelled``."""
+    """``started``, ``ended_cancelled``, ``ended_lost``, ``rewoken``, ``cancelled`` or
+    ``continued`` (a hibernated turn whose complete batch was not due)."""
 
     def dump(self) -> RepairRecord:
         """The JSON form (camelCase)."""
@@ -104,6 +111,13 @@ async def heal(
         repair = await _heal_active(ctx, state, status, can_start, grace_seconds)
         if repair is not None:
             repairs.append(repair)
+    # Hibernated turns written lately (an answer, say): one whose batch is complete but was
+    # not made due is continued. Older ones were judged by the passes that followed them.
+    since = cutoff - timedelta(seconds=HIBERNATED_LOOKBACK_SECONDS)
+    for state in await touched_hibernated(ctx.store, since, cutoff):
+        repair = await _heal_hibernated(ctx, state, can_start)
+        if repair is not None:
+            repairs.append(repair)
     # Every running turn is PENDING (thousands may be parked): read them a page at a time, so
     # that a pass holds one page, not all of them, at once. The orphans it cancels leave the
     # list (the next page starts that much earlier); a workflow that ends on its own meanwhile
@@ -112,7 +126,7 @@ async def heal(
     while True:
         page = await ctx.dbos().list_workflows_async(
             status="PENDING",
-            name=[names.TURN_WORKFLOW, names.PERSISTENT_WORKFLOW],
+            name=[names.TURN_WORKFLOW, names.CONTINUE_WORKFLOW, names.PERSISTENT_WORKFLOW],
             load_input=False,
             load_output=False,
             limit=_PAGE,
@@ -169,6 +183,8 @@ async def _heal_active(
     can_start: bool,
     grace_seconds: float,
 ) -> Repair | None:
+    if mark_of(state) is not None:
+        return None  # hibernated since it was read: it has no workflow to judge
     if status in ("PENDING", "ENQUEUED"):
         return await _rewake(ctx, state, status, grace_seconds)
     if status is None:
@@ -195,6 +211,23 @@ async def _heal_active(
     if status in _ENDED_WORKFLOW:
         return await _end(ctx, state, status, "failed", "ended_lost")
     return None
+
+
+async def _heal_hibernated(
+    ctx: RuntimeContext, state: SessionState, can_start: bool
+) -> Repair | None:
+    """A hibernated turn has no workflow, and the deadline keeper continues it when due. One
+    whose batch is complete yet not due (its last answer was taken by a release that did not
+    know hibernation) is continued here."""
+    batch = batch_of(state.pending, state.run_id or "")
+    if not (can_start and batch and is_batch_ready_at_last_submit(batch)):
+        return None
+    continuation = names.continuation_workflow_id(state.session_id, state.run_id or "")
+    if await _workflow_statuses(ctx, [continuation]):
+        return None  # started already: it removes the mark at its results commit
+    if await start_continuation(ctx, state) is None:
+        return None
+    return Repair(state.session_id, state.workflow_id, "SUCCESS", "continued")
 
 
 async def _claim(

@@ -11,6 +11,7 @@ import re
 __all__ = [
     "COLLECT_ANSWERS_STEP",
     "COMMIT_RESULTS_STEP",
+    "CONTINUE_WORKFLOW",
     "CONTRACT_VERSION",
     "LIFECYCLE_APPLY_STEP",
     "LIFECYCLE_WORKFLOW",
@@ -26,6 +27,7 @@ __all__ = [
     "TURN_WORKFLOW",
     "approval_id",
     "child_session_id",
+    "continuation_workflow_id",
     "control_idempotency_key",
     "inbox_idempotency_key",
     "next_run_id",
@@ -37,7 +39,7 @@ __all__ = [
     "turn_workflow_id",
 ]
 
-CONTRACT_VERSION = "contract-2"
+CONTRACT_VERSION = "contract-3"
 """The version of this contract: the DBOS application version of every turn (by default).
 
 A process recovers and dequeues only workflows of its own version, so this names what a parked
@@ -46,13 +48,13 @@ It is neither the package version nor a hash of the source: users' agent and too
 releases that leave the contract alone, keep it. Bump it (``contract-2``...) only when a
 recorded turn could no longer replay, and say in CHANGELOG.md how parked turns move forward.
 """
-REPLAYABLE_VERSIONS = frozenset({"0.1.0", "contract-1"})
+REPLAYABLE_VERSIONS = frozenset({"0.1.0", "contract-1", "contract-2"})
 """Application versions of earlier releases whose recorded turns this contract replays
 unchanged; their parked turns are moved forward to ``CONTRACT_VERSION`` once no process of
 theirs is alive. (0.1.0 pinned the package version over contract-1; a contract-1 turn replays
-in layout 1, see ``TURN_LAYOUT``.)"""
+in layout 1 and a contract-2 turn in layout 2, see ``TURN_LAYOUT``.)"""
 
-TURN_LAYOUT = 2
+TURN_LAYOUT = 3
 """The step layout a new turn records, passed as its workflows' ``layout`` argument (a
 recorded turn replays in the layout it recorded; the argument's default, 1, is contract-1's).
 
@@ -62,6 +64,10 @@ recorded turn replays in the layout it recorded; the argument's default, 1, is c
   under ``turn_slot``; the DBOS steps a turn records are its parks (``recv``), server tools,
   answer reads before an approved tool, and sub-agent starts. Three fewer DBOS steps per round
   trip, each a recorded-output check, a record and two thread hops.
+* 3 (contract-3): layout 2, and a root turn's park may hibernate (``hibernation.py``): a wait
+  that times out is followed by the hibernate commit, where layout 2 waited on. A contract-2
+  turn recovered by this release replays in layout 2 and never hibernates, so its recorded
+  waits are taken in the order it recorded them.
 """
 
 TURN_WORKFLOW = "helix.turn"
@@ -77,6 +83,10 @@ FINISH_STEP = "helix.turn.finish"
 """Records the turn's outcome (completed or failed)."""
 COLLECT_ANSWERS_STEP = "helix.turn.collect_answers"
 """Reads a batch's stored answers before an approved tool runs."""
+CONTINUE_WORKFLOW = "helix.turn.continue"
+"""A hibernated turn's continuation: the rest of the turn, from the batch it hibernated on
+(its results commit, then its next model steps), started from what the session's row and its
+hibernation checkpoint record. Its id is ``continuation_workflow_id``."""
 START_CHILD_STEP = "helix.turn.start_child"
 """Creates a sub-agent's session and commits its entry message, inside the parent's turn."""
 
@@ -100,6 +110,13 @@ _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 def turn_workflow_id(session_id: str, turn_id: str) -> str:
     """The workflow id of a turn: ``helix:<session>:<turn>``."""
     return f"helix:{session_id}:{turn_id}"
+
+
+def continuation_workflow_id(session_id: str, run_id: str) -> str:
+    """The workflow that continues a turn hibernated on ``run_id``'s batch:
+    ``helix:<session>:<run>:continue``. Derived from the row alone, so every submit, every
+    process and the deadline keeper start the same one (DBOS starts an id once)."""
+    return f"helix:{session_id}:{run_id}:continue"
 
 
 def turn_slot(workflow_id: str, run_id: str, step: int, kind: str) -> str:

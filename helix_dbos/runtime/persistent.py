@@ -45,6 +45,7 @@ from ..observability.log import log_event
 from ..store.store import NoChange, patience
 from . import names, records
 from .context import RuntimeContext, current, workflow_task
+from .continuation import continuation_of, stopped_outcome
 from .entry import ACTIVE_STATUSES, open_turn
 from .turn import _Turn
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
@@ -82,29 +83,45 @@ async def run_persistent(
     until the session has been idle for the agent's ``idle_ttl``. Its turns record
     ``layout`` (``names.TURN_LAYOUT``; 1 for a workflow recorded before the argument)."""
     with patience(None), workflow_task():
-        workflow_id = DBOS.workflow_id or ""
-        turns = 0
-        while True:
-            outcome = await _Turn(session_id, run_id, agent_type, root_session_id, layout).run()
-            # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
-            await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
-            turns += 1
+        turn = _Turn(session_id, run_id, agent_type, root_session_id, layout)
+        return await serve_inbox(turn, run_id)
+
+
+async def serve_inbox(turn: _Turn, run_id: str) -> dict[str, Any]:
+    """In a persistent session's workflow: run ``turn`` (published under ``run_id``), then
+    each turn its inbox hands over, until the workflow hibernates or is released, or a turn
+    hibernates on a batch (its continuation serves the inbox from then on)."""
+    session_id, agent_type = turn.session_id, turn.agent_type
+    root_session_id, layout = turn.root_session_id, turn.layout
+    workflow_id = DBOS.workflow_id or ""
+    turns = 0
+    while True:
+        outcome = await turn.run()
+        del turn  # the next turn's object replaces it; this frame lives between turns
+        # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
+        await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
+        turns += 1
+        ended: Literal["hibernated", "released"] = "hibernated"
+        if outcome["outcome"] == "hibernated":
+            following = None
+        else:
             following, ended = await _next_turn(session_id, workflow_id, agent_type)
-            if following is None:
-                log_event(
-                    "persistent.ended",
-                    sessionId=session_id,
-                    workflowId=workflow_id,
-                    ended=ended,
-                    turns=turns,
-                )
-                result: records.PersistentOutcome = {
-                    "turns": turns,
-                    "ended": ended,
-                    "lastRunId": run_id,
-                }
-                return dict(result)
-            run_id = following
+        if following is None:
+            log_event(
+                "persistent.ended",
+                sessionId=session_id,
+                workflowId=workflow_id,
+                ended=ended,
+                turns=turns,
+            )
+            result: records.PersistentOutcome = {
+                "turns": turns,
+                "ended": ended,
+                "lastRunId": run_id,
+            }
+            return dict(result)
+        run_id = following
+        turn = _Turn(session_id, run_id, agent_type, root_session_id, layout)
 
 
 async def _next_turn(
@@ -296,29 +313,40 @@ class TurnResult:
     """Waits for one turn of a persistent workflow: ``get_result`` returns the turn's outcome
     (as a standard turn's workflow result), published by the workflow under
     ``names.turn_outcome_event``. A turn whose workflow ended without publishing it (an
-    interrupt or abort cancelled it) answers ``outcome: "stopped"``."""
+    interrupt or abort cancelled it) answers ``outcome: "stopped"``. A turn that hibernated
+    is followed into its continuation, which publishes the rest under the run it continues."""
 
-    def __init__(self, workflow_id: str, run_id: str) -> None:
+    def __init__(self, workflow_id: str, run_id: str, session_id: str = "") -> None:
         self.workflow_id = workflow_id
         self.run_id = run_id
+        self.session_id = session_id
 
     async def get_result(self, poll_seconds: float = 5.0) -> dict[str, Any]:
-        key = names.turn_outcome_event(self.run_id)
+        workflow_id, run_id = self.workflow_id, self.run_id
         while True:
-            outcome = await DBOS.get_event_async(self.workflow_id, key, poll_seconds)
+            outcome = await _published(workflow_id, run_id, poll_seconds)
+            if outcome.get("outcome") != "hibernated" or not self.session_id:
+                return outcome
+            run_id = str(outcome["runId"])
+            continuation = await continuation_of(self.session_id, run_id)
+            if continuation is None:
+                return dict(stopped_outcome(run_id))
+            workflow_id = names.continuation_workflow_id(self.session_id, run_id)
+
+
+async def _published(workflow_id: str, run_id: str, poll_seconds: float) -> dict[str, Any]:
+    """The outcome ``workflow_id`` publishes for the turn ``run_id``; ``stopped`` if it ended
+    without publishing one."""
+    key = names.turn_outcome_event(run_id)
+    while True:
+        outcome = await DBOS.get_event_async(workflow_id, key, poll_seconds)
+        if outcome is not None:
+            return dict(outcome)
+        if not await _still_running(current(), workflow_id):
+            outcome = await DBOS.get_event_async(workflow_id, key, 0)
             if outcome is not None:
                 return dict(outcome)
-            if not await _still_running(current(), self.workflow_id):
-                outcome = await DBOS.get_event_async(self.workflow_id, key, 0)
-                if outcome is not None:
-                    return dict(outcome)
-                return {
-                    "outcome": "stopped",
-                    "text": "",
-                    "output": None,
-                    "error": None,
-                    "runId": self.run_id,
-                }
+            return dict(stopped_outcome(run_id))
 
 
 async def start_persistent(state: SessionState, run_id: str, workflow_id: str) -> Any:

@@ -19,6 +19,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 __all__ = [
     "CHECKPOINT_KINDS",
     "FENCED_KEY",
+    "HIBERNATED_KEY",
     "HIBERNATE_ACTIONS",
     "MESSAGE_KINDS",
     "PERSISTENT_KEY",
@@ -37,6 +38,8 @@ __all__ = [
     "LifecycleApplied",
     "LifecycleRefused",
     "HibernateAction",
+    "HibernationMark",
+    "HibernationRecord",
     "InboxMessage",
     "MessageKind",
     "ModelStepResult",
@@ -85,7 +88,7 @@ def child_run_id(tool_call_id: str) -> str:
 
 # -- checkpoints ------------------------------------------------------------------------------
 
-CheckpointKind = Literal["model", "results", "finish", "start_child", "lifecycle"]
+CheckpointKind = Literal["model", "results", "finish", "start_child", "lifecycle", "hibernate"]
 """The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "model",
@@ -93,6 +96,7 @@ CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "finish",
     "start_child",
     "lifecycle",
+    "hibernate",
 )
 
 
@@ -247,9 +251,11 @@ class TurnOutcome(TypedDict):
     """The turn workflow's result; a parent reads its sub-agent's as the tool result.
 
     ``stopped``: a step found the run stopped or superseded and the turn ended writing nothing.
+    ``hibernated``: the turn parked past its hot window and its workflow ended; the turn goes
+    on in its continuation workflow (``names.continuation_workflow_id(session, runId)``).
     """
 
-    outcome: Literal["completed", "failed", "stopped"]
+    outcome: Literal["completed", "failed", "stopped", "hibernated"]
     text: str
     output: Any
     error: TurnError | None
@@ -391,3 +397,43 @@ class PersistentOutcome(TypedDict):
     """Turns it ran."""
     ended: Literal["hibernated", "released"]
     lastRunId: str
+
+
+# -- hibernation --------------------------------------------------------------------------------
+
+HIBERNATED_KEY: Final = "hibernated"
+"""The session-metadata key of a hibernated turn (``HibernationMark``): its workflow ended
+while its batch waits, and the batch's continuation starts from the row. The continuation's
+results commit, a stop and the reconciler's end remove it."""
+
+
+class HibernationMark(TypedDict):
+    """``metadata["hibernated"]``: where a hibernated turn continues from, and when."""
+
+    at: int
+    """When the turn hibernated (epoch ms)."""
+    workflowId: str
+    """The workflow whose checkpoint slots the turn's commits use (the turn's first workflow;
+    ``names.turn_slot``): its continuation commits under the same slots."""
+    step: int
+    """The model step whose batch waits."""
+    dueAt: int
+    """When the continuation must start with no request (epoch ms): the latest deadline of the
+    batch's unanswered calls, ``0`` once a submit completed the batch (or a new message
+    abandoned it), or a deadline keeper's lease while it starts the continuation."""
+
+
+class HibernationRecord(TypedDict):
+    """What the hibernate commit records (``turn_slot(..., "hibernate")``).
+
+    ``hibernated: False``: the batch was already complete when the hot window ended, so the
+    turn went on live. Otherwise the state the continuation takes the turn up from.
+    """
+
+    hibernated: bool
+    step: NotRequired[int]
+    plan: NotRequired[list[PlanItem]]
+    """The step's plan, without the calls' inputs (each pending entry holds its own)."""
+    results: NotRequired[dict[str, ToolResult]]
+    """The batch's results known before the park (server tools, sub-agents, invalid calls)."""
+    summary: NotRequired[TurnSummary]

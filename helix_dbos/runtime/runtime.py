@@ -26,11 +26,13 @@ from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage, ApprovalQuer
 from ..store.migrate import head_revision, require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records
+from .continuation import follow
 from .control import stash_entry, stop_tree, tree_of
 from .entry import open_turn, waiting_for
 from .fleet import Fleet
 from .handover import EntryInputs
 from .heal import Repair, heal, heal_forever
+from .keeper import DeadlineKeeper
 from .notifications import NotificationHooks, Notifications
 from .notify import EventSignals
 from .startup import StartupFacts, count_recoverable, log_started, startup_facts
@@ -79,11 +81,13 @@ class TurnHandle:
     ``delivered`` (the session's live workflow took it from its inbox)."""
 
     async def result(self) -> Any:
-        """Wait for the turn to end; returns its outcome (the turn workflow's result; for a
-        persistent session, the outcome its workflow published for this turn)."""
+        """Wait for the turn to end; returns its outcome (the turn workflow's result, or its
+        continuation's if it hibernated; for a persistent session, the outcome its workflow
+        published for this turn)."""
         if self.workflow is None:
             raise RuntimeError("This handle did not start a workflow in this process")
-        return await self.workflow.get_result()
+        # A turn that hibernated ends in its continuation's workflow.
+        return await follow(self.session_id, await self.workflow.get_result())
 
     def dump(self) -> dict[str, Any]:
         """The wire form ``{sessionId, runId}`` (and ``delivery`` for a persistent session)."""
@@ -118,6 +122,7 @@ class AgentRuntime(NotificationHooks):
         self.service_name = service_name
         self._ctx: context.RuntimeContext | None = None
         self._healer: asyncio.Task[None] | None = None
+        self._keeper: DeadlineKeeper | None = None
         self._healing = asyncio.Event()
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
@@ -211,6 +216,8 @@ class AgentRuntime(NotificationHooks):
             s, self.registry, revision, recovering, adopted, self.startup_fields
         )
         log_started(self.startup)
+        self._keeper = DeadlineKeeper(self._ctx, s.deadline_keeper_seconds)
+        self._keeper.start()
         if s.heal_interval_seconds > 0:
             self._healing = asyncio.Event()
             self._healer = asyncio.create_task(
@@ -239,6 +246,9 @@ class AgentRuntime(NotificationHooks):
             except (TimeoutError, asyncio.CancelledError):
                 self._healer.cancel()
             self._healer = None
+        if self._keeper is not None:
+            await self._keeper.stop()
+            self._keeper = None
         await self.notifications.stop()
         if self.fleet is not None:
             await self.fleet.pause()
@@ -486,7 +496,7 @@ class AgentRuntime(NotificationHooks):
             session_id,
             turn_id,
             entered.workflow_id,
-            persistent.TurnResult(entered.workflow_id, turn_id),
+            persistent.TurnResult(entered.workflow_id, turn_id, session_id),
             delivery=entered.delivery,
         )
 
@@ -665,8 +675,8 @@ class AgentRuntime(NotificationHooks):
         cont = answer.continuation
         if answer.status == "unknown_tool_call" or cont is None or cont.kind != "new_run":
             return answer
-        if answer.owner_workflow_id in self.ctx.parked:
-            return answer  # parked in this very process: it runs here, no need to ask
+        if answer.continued_here or answer.owner_workflow_id in self.ctx.parked:
+            return answer  # parked or continued in this very process: it runs here
         if self.fleet is None or await self.fleet.ensure_runner(session_id):
             return answer
         return answer.model_copy(update={"continuation": Continuation(kind="caller_resumes")})

@@ -42,6 +42,8 @@ from .handover import EntryInputs, Resumption
 from .once import FENCED, after_commit, commit_once, exactly_once, marker, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
+    HIBERNATED_KEY,
+    PERSISTENT_KEY,
     STASH_KEY,
     CollectedAnswers,
     CommittedResults,
@@ -557,6 +559,7 @@ async def commit_results(
     given: dict[str, ToolResult],
     woken: WokenAnswers | None = None,
     resumed: Resumption | None = None,
+    workflow_id: str | None = None,
 ) -> CommittedResults:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -572,6 +575,10 @@ async def commit_results(
     ``resumed``: the session's rows and conversation as read when the turn woke (layout 2):
     the commit swaps from those rows (``store.Prior``), and is then one statement with no
     transaction around it; it hands the next model step its inputs (``Resumption``).
+
+    ``workflow_id``: the workflow that continues a hibernated turn: the session's row names
+    it from this commit on (its next batch's wake-ups go to it), and the hibernation mark is
+    removed.
 
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
@@ -608,6 +615,12 @@ async def commit_results(
         _reap_tombstones(root, at, keep=set(ids))
         owner.status = "running"
         owner.run_id = next_run
+        if workflow_id is not None:
+            owner.workflow_id = workflow_id
+            owner.metadata.pop(HIBERNATED_KEY, None)
+            if PERSISTENT_KEY in owner.metadata:
+                # A persistent session's continuation takes its next messages too.
+                owner.metadata[PERSISTENT_KEY] = {"workflowId": workflow_id, "since": at}
         return [resolved[item["toolCallId"]] for item in plan], stash
 
     saved: SessionState | None = None

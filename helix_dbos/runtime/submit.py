@@ -42,7 +42,9 @@ from ..observability.log import describe_issues, log_event
 from ..store.store import NoChange, Prior, RetryTransaction, now_ms
 from . import names, notes
 from .context import RuntimeContext
+from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
+from .hibernation import mark_of, on_answer
 from .records import TurnMessage
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
@@ -273,6 +275,9 @@ class _Verdict:
     at: int = 0
     run_id: str | None = None
     sent: str = "skipped"
+    """How the answer's wake-up went: ``sent`` (in the transaction), ``skipped`` (no
+    workflow), ``hibernated`` (the turn has none: its continuation starts), ``unavailable``
+    or ``failed`` (sent after the commit)."""
 
 
 def _route(sub: Submission, root: SessionState) -> _Verdict | str:
@@ -365,9 +370,14 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
     enlist = ctx.client is not None
 
     def decide(states: dict[str, SessionState], owner_id: str) -> _Verdict:
-        verdict = _store_answer(sub, ctx, states[owner_id])
+        owner = states[owner_id]
+        verdict = _store_answer(sub, ctx, owner)
         if verdict.outcome != "accepted":
             raise NoChange(verdict)
+        assert verdict.entry is not None
+        run_id = verdict.entry.run_id
+        # A hibernated turn's mark says when its batch falls due: now, once it is complete.
+        on_answer(owner, run_id, _continuation(owner, run_id).kind == "new_run")
         return verdict
 
     async def store_and_send(conn: Any) -> _Verdict:
@@ -410,7 +420,9 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
         rows = notes.answer_rows(owner, owner.pending[tcid], verdict.at)
         await notes.write(conn, rows, in_commit=False)
         sent = "skipped"
-        if owner.workflow_id is not None:
+        if mark_of(owner) is not None:
+            sent = "hibernated"  # no workflow waits: the continuation starts after the commit
+        elif owner.workflow_id is not None:
             if not enlist:
                 sent = "failed" if ctx.client is not None else "unavailable"
             else:
@@ -486,7 +498,11 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
         kind=entry.kind,
     )
     continuation = _continuation(owner, entry.run_id)
-    if verdict.sent == "sent" and owner.workflow_id is not None:
+    continued_here = False
+    if verdict.sent == "hibernated":
+        if continuation.kind == "new_run":
+            continued_here = await start_continuation(ctx, owner) is not None
+    elif verdict.sent == "sent" and owner.workflow_id is not None:
         if continuation.kind == "new_run" and owner.workflow_id in ctx.parked:
             # The batch is complete and its turn is parked here: read what it will read
             # when it wakes, while DBOS consumes the wake-up (``handover.Prefetches``).
@@ -503,6 +519,7 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
         continuation=continuation,
         tool_call_id=tcid,
         owner_workflow_id=owner.workflow_id,
+        continued_here=continued_here,
     )
     return accepted, entry.tool_name
 
@@ -539,7 +556,14 @@ async def wake_answered(ctx: RuntimeContext, owner: SessionState, entry: Pending
 
     A failure is logged, not raised: the answer is stored, and the turn reads it at its
     deadline (or when the reconciler sends the wake-up again).
+
+    A hibernated turn has no workflow to wake: its continuation starts if the batch is
+    complete (idempotent), else the answer waits in the row for the rest of the batch.
     """
+    if mark_of(owner) is not None:
+        if _continuation(owner, entry.run_id).kind == "new_run":
+            await start_continuation(ctx, owner)
+        return
     if owner.workflow_id is None:
         return
     try:

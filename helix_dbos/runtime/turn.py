@@ -45,7 +45,7 @@ from ..errors import HelixError
 from ..observability import tracing
 from ..observability.log import log_event
 from ..store.store import patience
-from . import names, steps
+from . import hibernation, names, steps
 from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
@@ -100,10 +100,10 @@ def start_first_step(
     workflow runs (``handover``): the step ``_Turn`` would run first, under its
     checkpoint slot, waiting out database faults as the turn does.
 
-    Only a turn recording ``names.TURN_LAYOUT`` 2 can take it: in layout 1 the step is a DBOS
+    Only a turn recording layout 2 or later can take it: in layout 1 the step is a DBOS
     step, which runs only inside its workflow. There ``entry`` is handed over as it is.
     """
-    if names.TURN_LAYOUT != 2:
+    if names.TURN_LAYOUT < 2:
         return entry
 
     async def first_step() -> ModelStepResult | FencedResult:
@@ -142,6 +142,8 @@ class _Turn:
         "batch",
         "entry",
         "layout",
+        "rebind",
+        "resume",
         "resume_read",
         "root_session_id",
         "run_id",
@@ -176,17 +178,37 @@ class _Turn:
         """While parked on a batch its submit may continue (``continue_early``): the step,
         its plan and the results known before the park."""
         self.summary = _new_summary()
+        self.resume: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None
+        """Set on a turn taken up after it hibernated: the step whose batch it settles
+        first, that step's plan and the results known before its park."""
+        self.rebind: str | None = None
+        """The workflow that continues this turn after it hibernated: its next results
+        commit names it on the session's row (``continuation.py``)."""
 
     async def run(self) -> TurnOutcome:
-        handed = await current().handovers.take(self.workflow_id)
-        if handed is None:
-            # The entry that started this turn failed: there is no run to continue.
-            return _outcome("stopped", "", None, None, self.run_id)
-        self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
-        del handed  # this frame lives while the turn is parked: the step is held once
+        """Run the turn: from its entry, or (``resume`` set) from a batch it hibernated on."""
+        first = 0
+        resume, self.resume = self.resume, None
+        if resume is None:
+            handed = await current().handovers.take(self.workflow_id)
+            if handed is None:
+                # The entry that started this turn failed: there is no run to continue.
+                return _outcome("stopped", "", None, None, self.run_id)
+            self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
+            del handed  # this frame lives while the turn is parked: the step is held once
+        # One frame for the loop and its error handling: every frame on a parked turn's stack
+        # is memory each parked turn holds.
         try:
             try:
-                for step in range(self.agent.max_steps):
+                if resume is not None:
+                    first, plan, results = resume
+                    del resume
+                    outcome = await self._settle(first, plan, results, {})
+                    del plan, results
+                    if outcome is not None:
+                        return outcome
+                    first += 1
+                for step in range(first, self.agent.max_steps):
                     outcome = await self._step(step)
                     if outcome is not None:
                         return outcome
@@ -287,23 +309,59 @@ class _Turn:
             # SQLite: it takes one writer at a time, so the early commit would only contend
             # with DBOS's consume of the wake-up (and a read that then writes fails at once).
             early = (
-                self.layout == 2
+                self.layout >= 2
                 and current().store.dialect == "postgresql"
                 and all(i["kind"] != "approval" for i in suspending)
             )
-            woken = await self._park(
-                suspending, deadlines, (step, plan, results) if early else None
+            window = self._hot_window()
+            woken, waiting = await self._park(
+                suspending, deadlines, (step, plan, results) if early else None, window
             )
-            if any(i["kind"] == "approval" for i in suspending):
-                # An approved call's tool runs before the results commit: read the answers
-                # first. Without approvals, the commit itself resolves them (one step fewer).
-                collected = await steps.collect_answers(
-                    self.session_id, self.run_id, [i["toolCallId"] for i in suspending], woken
-                )
-                for item in suspending:
-                    results[item["toolCallId"]] = await self._resolve(
-                        item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
+            if waiting:
+                # The hot window (or a deadline) ended the wait with calls unanswered.
+                decided = _check_fence(
+                    await hibernation.hibernate(
+                        self.session_id,
+                        self.run_id,
+                        self.workflow_id,
+                        step,
+                        plan,
+                        results,
+                        self.summary,
                     )
+                )
+                if decided["hibernated"]:
+                    return _outcome("hibernated", "", None, None, self.run_id)
+        return await self._settle(step, plan, results, woken)
+
+    def _hot_window(self) -> float | None:
+        """This turn's hot window, if its park may hibernate: a root session's turn recorded
+        in layout 3 (a sub-agent's parent waits on its child's workflow result, so a child
+        never hibernates)."""
+        if self.layout < 3 or self.session_id != self.root_session_id:
+            return None
+        return hibernation.hot_window(self.agent)
+
+    async def _settle(
+        self,
+        step: int,
+        plan: list[PlanItem],
+        results: dict[str, ToolResult],
+        woken: WokenAnswers,
+    ) -> TurnOutcome | None:
+        """After the batch of ``step`` (if any) stopped waiting: run approved tools, commit
+        the results, and end the turn if a tool finished it."""
+        suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
+        if suspending and any(i["kind"] == "approval" for i in suspending):
+            # An approved call's tool runs before the results commit: read the answers
+            # first. Without approvals, the commit itself resolves them (one step fewer).
+            collected = await steps.collect_answers(
+                self.session_id, self.run_id, [i["toolCallId"] for i in suspending], woken
+            )
+            for item in suspending:
+                results[item["toolCallId"]] = await self._resolve(
+                    item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
+                )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
         args = (self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken)
         if self.layout == 1:
@@ -317,7 +375,7 @@ class _Turn:
                 settled, self.entry = resumed.settled, resumed.next_step
             else:
                 settled = await steps.commit_results.direct(
-                    self._slot(step, "results"), *args, resumed=resumed
+                    self._slot(step, "results"), *args, resumed=resumed, workflow_id=self.rebind
                 )
                 if resumed is not None:
                     # The next step starts from what this commit wrote (``Resumption``).
@@ -431,13 +489,16 @@ class _Turn:
         suspending: list[PlanItem],
         deadlines: dict[str, int],
         batch: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None,
-    ) -> WokenAnswers:
+        window: float | None = None,
+    ) -> tuple[WokenAnswers, bool]:
         """Wait until every call has an answer or its deadline has lapsed (or a new message,
         or a stop). ``batch``: the step, plan and known results, if the submit completing
-        the batch may continue the turn (``continue_early``).
+        the batch may continue the turn (``continue_early``). ``window``: the hot window, if
+        the turn may hibernate: then a wait that times out (the window's end or a deadline)
+        stops the park, and the hibernate commit decides on the row.
 
-        Returns the calls woken with an answer, each with the answer's time: the commit waits
-        until those answers are visible to it.
+        Returns the calls woken with an answer, each with the answer's time (the commit waits
+        until those answers are visible to it), and whether a wait timed out with a window.
         """
         _forget_inputs(suspending)
         ctx = current()
@@ -448,10 +509,14 @@ class _Turn:
             self.batch = batch
             ctx.prefetches.park(workflow_id, self)
         woken: WokenAnswers = {}
+        # The clock only sizes the waits; DBOS records each absolute wake time, and a replay
+        # takes each wait's recorded outcome whatever the sizes are now.
+        hot_until = None if window is None else time.time() + window
         try:
             for item in suspending:
-                # The clock only sizes the wait; DBOS records the absolute wake time.
                 remaining = deadlines[item["toolCallId"]] / 1000 - time.time()
+                if hot_until is not None:
+                    remaining = min(remaining, hot_until - time.time())
                 with tracing.client_tool_wait_span(
                     tool_name=item["toolName"],
                     tool_call_id=item["toolCallId"],
@@ -465,6 +530,8 @@ class _Turn:
                         timeout_seconds=max(0.0, remaining),
                     )
                     span.set_outcome(tracing.wait_outcome(message))
+                if message is None and hot_until is not None:
+                    return woken, True
                 kind = message.get("kind") if isinstance(message, dict) else None
                 if kind == "answer":
                     woken[item["toolCallId"]] = int(message.get("submittedAt") or 0)
@@ -474,7 +541,7 @@ class _Turn:
             parked.discard(workflow_id)
             self.batch = None
             self.resume_read = ctx.prefetches.take(workflow_id)
-        return woken
+        return woken, False
 
     async def _resolve(
         self, item: PlanItem, entry: dict[str, Any] | None, abandon: bool
@@ -578,7 +645,7 @@ def _check_fence(committed: R | FencedResult) -> R:
 
 
 def _outcome(
-    outcome: Ending | Literal["stopped"],
+    outcome: Ending | Literal["stopped", "hibernated"],
     text: str,
     output: Any,
     error: TurnError | None,

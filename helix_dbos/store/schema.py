@@ -12,6 +12,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "EVENTS_CHANNEL",
+    "HIBERNATED_DUE",
+    "HIBERNATED_DUE_INDEX",
+    "HIBERNATED_ROW",
     "TABLE_PREFIX",
     "VERSION_TABLE",
     "adoptions",
@@ -32,6 +35,19 @@ VERSION_TABLE = "__agents_alembic_version"
 #: The Postgres NOTIFY channel an insert into ``__agents_events`` signals (payload: the
 #: session id), from the trigger of revision 0007.
 EVENTS_CHANNEL = "__agents_events"
+
+#: Revision 0010's partial expression index on when a hibernated turn's batch falls due
+#: (``metadata.hibernated.dueAt``), per dialect: its expression and its predicate. A query
+#: repeats them verbatim so that the planner uses the index (``store/hibernated.py``).
+HIBERNATED_DUE_INDEX = "ix___agents_states_hibernated_due"
+HIBERNATED_DUE = {
+    "postgresql": "((metadata -> 'hibernated' ->> 'dueAt')::bigint)",
+    "sqlite": "(CAST(json_extract(metadata, '$.hibernated.dueAt') AS INTEGER))",
+}
+HIBERNATED_ROW = {
+    "postgresql": "(metadata -> 'hibernated') IS NOT NULL",
+    "sqlite": "json_extract(metadata, '$.hibernated') IS NOT NULL",
+}
 
 metadata = sa.MetaData(
     naming_convention={

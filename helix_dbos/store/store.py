@@ -73,7 +73,7 @@ from .batch import (
 )
 from .faults import is_transient
 from .history import LIVE_MESSAGE
-from .schema import checkpoints, events, messages, states, usage
+from .schema import HIBERNATED_ROW, checkpoints, events, messages, states, usage
 
 __all__ = [
     "OWNERSHIP_ATTEMPTS",
@@ -839,12 +839,15 @@ class SessionStore:
         limit: int = 500,
         conn: AsyncConnection | None = None,
     ) -> list[SessionState]:
-        """Sessions last written before ``cutoff``: the active ones (``active``), or the ended
-        ones whose workflow is among ``workflow_ids`` (what the reconciler inspects)."""
+        """Sessions last written before ``cutoff``: the active ones (``active``) that are not
+        hibernated (those have no workflow to judge), or the ended ones whose workflow is
+        among ``workflow_ids`` (what the reconciler inspects)."""
         active_statuses = ["running", "suspended_client_tool"]
         query = states.select().where(states.c.updated_at < cutoff)
         if active:
-            query = query.where(states.c.status.in_(active_statuses))
+            query = query.where(states.c.status.in_(active_statuses)).where(
+                sa.text(f"NOT ({HIBERNATED_ROW[self.dialect]})")
+            )
         else:
             query = query.where(states.c.status.not_in(active_statuses))
         if workflow_ids is not None:

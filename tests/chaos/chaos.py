@@ -53,6 +53,7 @@ class ChaosReport:
     interrupted_then_completed: list[str] = field(default_factory=list)
     internal_errors: list[dict[str, Any]] = field(default_factory=list)
     transport_retries: int = 0
+    hibernations: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +77,7 @@ class ChaosReport:
             "interrupt_answered_interrupted_but_completed": len(self.interrupted_then_completed),
             "http_500_answers": len(self.internal_errors),
             "client_resends_after_lost_answers": self.transport_retries,
+            **self.hibernations,
         }
 
 
@@ -145,13 +147,28 @@ async def run_chaos(
     interrupt_share: float = 0.2,
     session_timeout: float = 90.0,
     seed: int | None = None,
+    hot_window: float | None = None,
+    slow_answer_share: float = 0.0,
 ) -> ChaosReport:
-    """Run the chaos scenario against a fresh database and return the report."""
+    """Run the chaos scenario against a fresh database and return the report.
+
+    ``hot_window``: the server's ``HELIX_HIBERNATE_AFTER_SECONDS``; with ``slow_answer_share``
+    of the calls answered only after one to two and a half hot windows, kills also land on
+    hibernations and continuations.
+    """
     rng = random.Random(seed)
     tag = f"{rng.getrandbits(32):08x}"
-    server = ServeProcess(
-        database_url, workdir, env={"HELIX_DEMO_MODEL_DELAY_MS": str(model_delay_ms)}
-    )
+    env = {"HELIX_DEMO_MODEL_DELAY_MS": str(model_delay_ms)}
+    if hot_window is not None:
+        env["HELIX_HIBERNATE_AFTER_SECONDS"] = str(hot_window)
+    server = ServeProcess(database_url, workdir, env=env)
+    window = hot_window or 0.0
+
+    def answer_delay() -> float:
+        if rng.random() < slow_answer_share:
+            return rng.uniform(window, 2.5 * window)
+        return 0.0
+
     await asyncio.to_thread(server.start)
     client = Client(server.base_url, patience=session_timeout + 60)
     killer = _Killer(server, rng)
@@ -160,7 +177,13 @@ async def run_chaos(
     began = time.monotonic()
     gate = asyncio.Semaphore(concurrency)
     user = EditorUser(
-        client, rng, stored, interrupted_answers, before=killer.before, on_status=killer.saw
+        client,
+        rng,
+        stored,
+        interrupted_answers,
+        before=killer.before,
+        on_status=killer.saw,
+        answer_delay=answer_delay,
     )
 
     async def one(index: int) -> str:
@@ -222,7 +245,21 @@ async def run_chaos(
         ],
         internal_errors=client.internal_errors,
         transport_retries=client.transport_retries,
+        hibernations=_hibernations(database_url),
     )
+
+
+def _hibernations(database_url: str) -> dict[str, int]:
+    """How many batches hibernated, and how many continuation workflows ran."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        hibernated = conn.execute(
+            "SELECT count(*) FROM __agents_checkpoints WHERE checkpoint_id LIKE '%%:hibernate' "
+            "AND (state -> 'result' ->> 'hibernated')::boolean"
+        ).fetchone()
+        continued = conn.execute(
+            "SELECT count(*) FROM dbos.workflow_status WHERE name = 'helix.turn.continue'"
+        ).fetchone()
+    return {"hibernated": int(hibernated[0]), "continuations": int(continued[0])}
 
 
 def _final_statuses(database_url: str, session_ids: list[str]) -> dict[str, str]:

@@ -270,6 +270,8 @@ class EditorUser:
     before: Callable[[str], None] = lambda _point: None
     on_status: Callable[[str, str], None] = lambda _sid, _status: None
     starts: dict[str, int] = field(default_factory=dict)
+    answer_delay: Callable[[], float] = lambda: 0.0
+    """Seconds the user takes to answer a call it has just seen (a slow human)."""
 
     async def run(
         self, sid: str, message: str, *, timeout: float, interrupt_chance: float = 0.0
@@ -287,6 +289,7 @@ class EditorUser:
         assert started.status_code in (200, 409), started.text
         self.starts[sid] = started.status_code
         answered: set[str] = set()
+        seen: dict[str, float] = {}  # call id -> when the user will answer it
         while time.monotonic() < deadline:
             response = await self.client.request("GET", "/status", params={"sessionId": sid})
             if response.status_code == 404:
@@ -310,6 +313,10 @@ class EditorUser:
             for pending in view.get("pendingToolCalls", []):
                 call_id = pending["toolCallId"]
                 if call_id in answered or pending.get("submittedAt") is not None:
+                    continue
+                if seen.setdefault(call_id, time.monotonic() + self.answer_delay()) > (
+                    time.monotonic()
+                ):
                     continue
                 kind, payload, body = answer_body(sid, pending)
                 answer = Answer(sid, call_id, kind, payload)

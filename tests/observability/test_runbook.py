@@ -7,7 +7,9 @@ drift apart: a new block without a check here fails, and so does a check without
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,10 @@ import httpx
 import psycopg
 import pytest
 
+from helix_dbos.core.clock import now_ms
 from helix_dbos.http.app import create_app
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, Operator, names
+from helix_dbos.runtime.keeper import keep_once
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_agents import make_agents
 from tests.observability.obs_helpers import (
@@ -32,6 +36,8 @@ from tests.runbook_sql import runbook_sql
 
 #: Client deadlines: FAST lapses, but only after the test has seen its call pending.
 TIMEOUT, FAST = 30.0, 2.0
+#: The statements on hibernated turns, run by their own test (its turns hibernate at once).
+HIBERNATION = {"hibernated-sessions", "hibernated-due"}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -208,9 +214,82 @@ async def test_every_runbook_statement_on_real_turns(
     assert book.run("approval-inbox") == []
     assert book.run("approval-inbox-tenant", **{"your-tenant": "acme"}) == []
 
-    assert book.ran == {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
+    assert book.ran | HIBERNATION == {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
     await runtime.interrupt(parked.session_id)
     await runtime.interrupt(tree.session_id)
+
+
+async def _mark(runtime: AgentRuntime, session_id: str) -> dict[str, Any]:
+    """The session's hibernation mark, once its turn has hibernated (at most 20 s)."""
+    for _ in range(1000):
+        mark = (await runtime.session(session_id)).metadata.get("hibernated")
+        if mark:
+            return mark  # type: ignore[no-any-return]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{session_id} did not hibernate")
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@pytest.mark.postgres_only
+async def test_hibernated_turn_statements(launch: Any, pg_url: str) -> None:
+    """Turns hibernated for real, the deadline keeper off (so a due batch stays due): one
+    waits on a deadline 30 s away, one on a lapsed deadline, one on a batch an operator's
+    ``fail-call`` completed (no agents there: nothing started its continuation)."""
+    # ``ops_fast``'s call lapses after 3 s: its turn must hibernate first, on a slow machine too.
+    runtime = await launch(
+        timeout=TIMEOUT, fast_timeout=3.0, hibernate_after_seconds=0, deadline_keeper_seconds=0
+    )
+    waiting = await runtime.start("ops", "pick_color")
+    lapsed = await runtime.start("ops_fast", "pick_color")
+    answered = await runtime.start("ops", "confirm")
+    marks = {h.session_id: await _mark(runtime, h.session_id) for h in (waiting, lapsed, answered)}
+    (call,) = (await runtime.session(answered.session_id)).pending
+    async with Operator.open(pg_url) as operator:
+        _, answer = await operator.fail_call(answered.session_id, call)
+    assert answer.continuation is not None and answer.continuation.kind == "new_run"
+    lapsed_due = (await runtime.session(lapsed.session_id)).metadata["hibernated"]["dueAt"]
+    while now_ms() <= lapsed_due:
+        await asyncio.sleep(0.05)
+
+    book = Runbook(pg_url)
+    rows = book.run("hibernated-sessions")
+    assert [r[0] for r in rows] == sorted(marks, key=lambda sid: (marks[sid]["at"], sid))
+    for sid, agent, run_id, since, due, continuation in rows:
+        state = await runtime.session(sid)
+        assert (agent, run_id) == (state.agent_type, state.run_id)
+        assert since == _at(marks[sid]["at"])
+        assert continuation == names.continuation_workflow_id(sid, state.run_id or "")
+        if sid == answered.session_id:
+            assert due is None  # due at once
+        else:
+            assert due == _at(marks[sid]["dueAt"])
+            (pending,) = state.pending.values()
+            assert marks[sid]["dueAt"] == pending.deadline_at
+
+    due_rows = book.run("hibernated-due")
+    assert [r[0] for r in due_rows] == [answered.session_id, lapsed.session_id]
+    assert due_rows[0][3:] == (None, None)
+    assert due_rows[1][3] == _at(lapsed_due) and due_rows[1][4].total_seconds() > 0
+    # The keeper's index serves it, bounded by the due time (not a scan of the whole index
+    # with a filter); the table is tiny, so forbid the scan the planner would prefer.
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + book.blocks["hibernated-due"][1]))
+    assert "ix___agents_states_hibernated_due" in plan, plan
+    assert "Index Cond" in plan, plan
+
+    # The keeper continues the due two; the one still waiting stays listed, and not due.
+    assert await keep_once(runtime.ctx) == 2
+    for handle in (answered, lapsed):
+        assert (await runtime.wait(handle.session_id, timeout=30))["status"] == "completed"
+    assert [r[0] for r in book.run("hibernated-sessions")] == [waiting.session_id]
+    assert book.run("hibernated-due") == []
+    assert book.ran == HIBERNATION
+    await runtime.interrupt(waiting.session_id)
+    assert book.run("hibernated-sessions") == []
 
 
 async def test_sqlite_statement_on_real_turns(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ def test_durable_names_are_pinned() -> None:
     assert names.approval_id("r", "tc") == "r::tc"
     assert names.child_session_id("s", "tc") == "s.tc"
     assert names.turn_slot("w", "r", 3, "model") == "w:r:3:model"
+    assert names.CONTINUE_WORKFLOW == "helix.turn.continue"
+    assert names.continuation_workflow_id("s", "r") == "helix:s:r:continue"
 
 
 def test_continuation_run_ids() -> None:

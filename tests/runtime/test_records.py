@@ -103,6 +103,19 @@ PINNED: dict[Any, dict[str, str]] = {
     records.PersistentMark: {"workflowId": "required", "since": "required"},
     records.InboxMessage: {"kind": "required", "runId": "required"},
     records.PersistentOutcome: {"turns": "required", "ended": "required", "lastRunId": "required"},
+    records.HibernationMark: {
+        "at": "required",
+        "workflowId": "required",
+        "step": "required",
+        "dueAt": "required",
+    },
+    records.HibernationRecord: {
+        "hibernated": "required",
+        "step": "optional",
+        "plan": "optional",
+        "results": "optional",
+        "summary": "optional",
+    },
 }
 
 
@@ -126,7 +139,14 @@ def test_every_recorded_shape_is_pinned() -> None:
 
 def test_kinds_and_keys_are_pinned() -> None:
     """Checkpoint slot kinds, plan kinds, message kinds and the stash key never change."""
-    assert records.CHECKPOINT_KINDS == ("model", "results", "finish", "start_child", "lifecycle")
+    assert records.CHECKPOINT_KINDS == (
+        "model",
+        "results",
+        "finish",
+        "start_child",
+        "lifecycle",
+        "hibernate",
+    )
     assert get_args(records.CheckpointKind) == records.CHECKPOINT_KINDS
     assert records.PLAN_KINDS == ("server", "client", "approval", "subagent", "invalid")
     assert get_args(records.PlanKind) == records.PLAN_KINDS
@@ -139,7 +159,9 @@ def test_kinds_and_keys_are_pinned() -> None:
         "completed",
         "failed",
         "stopped",
+        "hibernated",
     )
+    assert records.HIBERNATED_KEY == "hibernated"
     assert records.WokenAnswers == dict[str, int]
     assert records.PERSISTENT_KEY == "persistent"
     assert records.HIBERNATE_ACTIONS == ("continue", "hibernated", "released")
@@ -156,9 +178,9 @@ def test_id_formats_are_pinned() -> None:
 
 def test_contract_version() -> None:
     """The contract's version; a bump is a CHANGELOG.md entry."""
-    assert names.CONTRACT_VERSION == "contract-2"
-    assert sorted(names.REPLAYABLE_VERSIONS) == ["0.1.0", "contract-1"]
-    assert names.TURN_LAYOUT == 2
+    assert names.CONTRACT_VERSION == "contract-3"
+    assert sorted(names.REPLAYABLE_VERSIONS) == ["0.1.0", "contract-1", "contract-2"]
+    assert names.TURN_LAYOUT == 3
 
 
 def test_the_recorded_values_have_the_pinned_shapes() -> None:

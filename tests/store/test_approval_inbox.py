@@ -295,7 +295,10 @@ async def test_the_inbox_queries_use_the_indexes(migrated_pg_url: str) -> None:
     for index, queries in expected.items():
         for query in queries:
             plan = _plan(migrated_pg_url, _compiled(query))
-            assert f"Index Scan using {index}" in plan, (query, plan)
+            # A tenant's next page starts so close to the cursor that the planner may also
+            # walk the oldest-first index and filter on the tenant: still in order, no sort.
+            allowed = [index] + (["ix___agents_approvals_oldest"] if "tenant" in index else [])
+            assert any(f"Index Scan using {i}" in plan for i in allowed), (query, plan)
             assert "Sort" not in plan and "Seq Scan" not in plan, (query, plan)
     # One principal's few approvals: found by its index (the planner may sort those few).
     plan = _plan(migrated_pg_url, _compiled(ApprovalQuery(principal="user7", tenant="tenant7")))

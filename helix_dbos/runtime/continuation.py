@@ -1,0 +1,180 @@
+"""The continuation of a hibernated turn: one workflow, started from what the row records.
+
+A hibernated turn (``hibernation.py``) has no workflow. When its batch is complete (a submit
+answered its last call), abandoned (a new message), or due (its deadlines lapsed, found by the
+deadline keeper), ``start_continuation`` starts ``helix.turn.continue`` under an id derived
+from the session and the batch's run (``names.continuation_workflow_id``): two submits, two
+processes, a retried request, the keeper and the reconciler all start the same workflow, and
+DBOS runs it once.
+
+The workflow takes the turn up where it hibernated: the batch's results commit (the answers,
+lapsed calls as ``client_tool_timeout`` results, an abandon's ``client_tool_abandoned``), then
+the next model steps, exactly as the parked workflow would have, under the same checkpoint
+slots (the first workflow's, recorded in the mark), so a commit that already landed is taken
+as recorded. Its results commit names the continuation on the session's row (the next batch's
+wake-ups go to it) and removes the mark. Its contract version is the process's that runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any
+
+from dbos import DBOS, SetWorkflowID
+from dbos import error as dbos_error
+
+from ..core.session import SessionState
+from ..observability.log import log_event
+from ..store.store import patience
+from . import names
+from .context import RuntimeContext, current, workflow_task
+from .hibernation import mark_of
+from .records import HibernationRecord, TurnOutcome
+from .turn import _Turn
+
+__all__ = [
+    "continuation_of",
+    "follow",
+    "run_continuation",
+    "start_continuation",
+    "stopped_outcome",
+]
+
+
+@DBOS.workflow(name=names.CONTINUE_WORKFLOW)
+async def run_continuation(
+    session_id: str,
+    run_id: str,
+    agent_type: str,
+    root_session_id: str,
+    slot_workflow_id: str,
+    step: int,
+) -> dict[str, Any]:
+    """Continue the turn of ``session_id`` hibernated on ``run_id``'s batch of model step
+    ``step``, whose commits use the checkpoint slots of ``slot_workflow_id``.
+
+    Returns the turn's outcome; for a persistent session, whose continuation goes on to
+    serve its inbox, the persistent workflow's (the turn's is published under ``run_id``).
+    """
+    with patience(None), workflow_task():
+        turn = _ContinuedTurn(session_id, run_id, agent_type, root_session_id, names.TURN_LAYOUT)
+        turn.workflow_id = slot_workflow_id
+        turn.rebind = DBOS.workflow_id
+        if not await turn.take_up(step):
+            # Nothing hibernated on this batch (an id nobody should have started).
+            return dict(stopped_outcome(run_id))
+        if turn.agent.persistent:
+            # Imported here: persistent.py imports this module (its handles follow turns).
+            from .persistent import serve_inbox
+
+            return await serve_inbox(turn, run_id)
+        return dict(await turn.run())
+
+
+class _ContinuedTurn(_Turn):
+    """A turn taken up from its hibernation record instead of from its entry."""
+
+    __slots__ = ()
+
+    async def take_up(self, step: int) -> bool:
+        """Set the turn to settle the batch of ``step`` first, from its hibernation record;
+        ``False`` if no hibernation of that batch was recorded."""
+        record: HibernationRecord | None = await _record(self.workflow_id, self.run_id, step)
+        if record is None or not record.get("hibernated"):
+            return False
+        self.summary = record["summary"]
+        self.resume = (step, record["plan"], record["results"])
+        return True
+
+
+async def _record(workflow_id: str, run_id: str, step: int) -> HibernationRecord | None:
+    """The hibernate commit's record of ``run_id``'s batch, if it committed."""
+    done = await current().store.get_checkpoint(
+        names.turn_slot(workflow_id, run_id, step, "hibernate")
+    )
+    return None if done is None else done["state"]["result"]
+
+
+async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | None:
+    """Start the continuation of ``state``'s hibernated turn (idempotent: its id is derived
+    from the row); the workflow id, or ``None`` if the session is not hibernated or its agent
+    is not registered here (another process, which has it, starts it)."""
+    mark = mark_of(state)
+    if mark is None or state.run_id is None or state.agent_type not in ctx.registry:
+        return None
+    workflow_id = names.continuation_workflow_id(state.session_id, state.run_id)
+    try:
+        with SetWorkflowID(workflow_id):
+            handle = await DBOS.start_workflow_async(
+                run_continuation,
+                state.session_id,
+                state.run_id,
+                state.agent_type,
+                state.root_session_id,
+                mark["workflowId"],
+                int(mark["step"]),
+            )
+    except Exception as exc:
+        # The mark stays: the deadline keeper (or the reconciler) starts it again.
+        log_event(
+            "turn.continuation_start_failed",
+            sessionId=state.session_id,
+            runId=state.run_id,
+            workflowId=workflow_id,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return None
+    _started_here[workflow_id] = handle
+    while len(_started_here) > _STARTED_HERE_KEPT:
+        _started_here.popitem(last=False)
+    return workflow_id
+
+
+_started_here: OrderedDict[str, Any] = OrderedDict()
+"""The in-process handles of the continuations this process started, newest last: a handle
+that follows a turn here awaits the workflow's task instead of polling the database."""
+_STARTED_HERE_KEPT = 4096
+
+
+async def follow(session_id: str, outcome: Any, poll_seconds: float = 0.25) -> Any:
+    """A turn's final outcome from the outcome of one of its workflows: a turn that
+    hibernated is followed into its continuation (which starts only when the batch is
+    complete or due, so this polls for it every ``poll_seconds``), and so on. A hibernated
+    turn that was stopped before any continuation started ends ``stopped``."""
+    while isinstance(outcome, dict) and outcome.get("outcome") == "hibernated":
+        run_id = str(outcome["runId"])
+        handle = await continuation_of(session_id, run_id, poll_seconds)
+        if handle is None:
+            return stopped_outcome(run_id)
+        outcome = await handle.get_result(polling_interval_sec=poll_seconds)
+    return outcome
+
+
+def stopped_outcome(run_id: str) -> TurnOutcome:
+    """The outcome of a turn that ended writing nothing more (stopped, superseded)."""
+    return {"outcome": "stopped", "text": "", "output": None, "error": None, "runId": run_id}
+
+
+async def continuation_of(session_id: str, run_id: str, poll_seconds: float = 0.25) -> Any | None:
+    """The continuation workflow of ``run_id``'s hibernated batch once it exists, or ``None``
+    once the session no longer waits on that batch without one (a stop removed the mark)."""
+    workflow_id = names.continuation_workflow_id(session_id, run_id)
+    local = _started_here.get(workflow_id)
+    if local is not None:
+        return local
+    while True:
+        for check in range(2):
+            try:
+                return await DBOS.retrieve_workflow_async(workflow_id)
+            except dbos_error.DBOSNonExistentWorkflowError:
+                pass
+            if check == 1:
+                # Still none after the row said nothing waits: none will start.
+                return None
+            state = await current().store.load(session_id)
+            if state is not None and state.run_id == run_id and mark_of(state) is not None:
+                break  # still hibernated on this batch: wait for its continuation
+            # The mark is gone: either a continuation removed it (it exists by now; the
+            # second look finds it) or a stop did.
+        await asyncio.sleep(poll_seconds)

@@ -1,0 +1,159 @@
+"""Hibernation: a turn parked past its hot window ends its workflow and keeps nothing live.
+
+A turn parked on a batch (client calls, approvals) waits as a live DBOS workflow for its hot
+window (``define_agent(hibernate_after=...)``, else ``HelixSettings.hibernate_after_seconds``).
+When the window ends with the batch still incomplete, the hibernate commit records the turn's
+state (the step, its plan without inputs, the results known before the park, the running
+totals) under the batch's checkpoint slot, marks the session's row (``HIBERNATED_KEY``, with
+when the batch falls due), and the workflow returns ``outcome: "hibernated"``. The session
+stays ``suspended_client_tool`` with its pending calls, deadlines, ownership and stash.
+
+From then on the row alone says how the turn goes on: a submit that completes the batch, a new
+message that abandons it, or the deadline keeper once the batch is due starts the
+continuation workflow (``continuation.py``), whose id is derived from the row, so that however
+many of them start it, it runs once.
+
+The commit is exactly-once under its slot, and what it decided is recorded: a replay of the
+parked workflow takes the same branch. It decides on the locked row, against every submit: an
+answer that landed first is seen (and a batch it completed is drained live, not hibernated);
+an answer that comes after sees the mark and starts the continuation instead of waking a
+workflow that has ended.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..core.agents import Agent
+from ..core.session import PendingCall, SessionState, batch_of
+from ..observability.log import log_event
+from ..store.store import Fenced, NoChange, guard, now_ms
+from . import names
+from .context import current
+from .entry import ACTIVE_STATUSES
+from .once import commit_once, recorded, step_connection
+from .records import (
+    FENCED_KEY,
+    HIBERNATED_KEY,
+    STASH_KEY,
+    FencedResult,
+    HibernationMark,
+    HibernationRecord,
+    PlanItem,
+    ToolResult,
+    TurnSummary,
+)
+
+__all__ = [
+    "batch_settled",
+    "due_at",
+    "hibernate",
+    "hot_window",
+    "mark_of",
+    "on_answer",
+]
+
+
+def hot_window(agent: Agent) -> float | None:
+    """Seconds a turn of ``agent`` parks live before it hibernates; ``None``: never."""
+    window = agent.hibernate_after
+    if window is None:
+        window = current().settings.hibernate_after_seconds
+    if window is None or math.isinf(window):
+        return None
+    return window
+
+
+def mark_of(state: SessionState) -> HibernationMark | None:
+    """The session's hibernation mark, if its turn is hibernated."""
+    mark = state.metadata.get(HIBERNATED_KEY)
+    return mark if isinstance(mark, dict) else None  # type: ignore[return-value]
+
+
+def batch_settled(batch: list[PendingCall], at: int) -> bool:
+    """Whether nothing of the batch waits any more at ``at``: every call answered or lapsed."""
+    return all(p.submitted_at is not None or p.lapsed_by(at) for p in batch)
+
+
+def due_at(batch: list[PendingCall]) -> int:
+    """When a hibernated batch falls due with no answer: its last unanswered deadline (the
+    live park, too, waits for every call). ``0`` when nothing waits."""
+    return max((p.deadline_at for p in batch if p.submitted_at is None), default=0)
+
+
+def on_answer(owner: SessionState, run_id: str, ready: bool) -> bool:
+    """Update a hibernated owner's mark for an answer just stored on ``run_id``'s batch (in
+    the submit's mutation): due now if the batch is ready, else at its last unanswered
+    deadline. ``True`` if the owner is hibernated (the answer wakes no workflow)."""
+    mark = mark_of(owner)
+    if mark is None:
+        return False
+    mark["dueAt"] = 0 if ready else due_at(batch_of(owner.pending, run_id))
+    return True
+
+
+async def hibernate(
+    session_id: str,
+    run_id: str,
+    workflow_id: str,
+    step: int,
+    plan: list[PlanItem],
+    results: dict[str, ToolResult],
+    summary: TurnSummary,
+) -> HibernationRecord | FencedResult:
+    """The hibernate commit of ``run_id``'s batch (exactly once, under its slot of
+    ``workflow_id``): hibernate, or ``{"hibernated": False}`` when nothing waits any more
+    (every call answered or lapsed, or a new message abandons the batch) and the turn drains
+    the batch live. Fenced like every commit of the turn (a stop or a supersede)."""
+    slot = names.turn_slot(workflow_id, run_id, step, "hibernate")
+    record: HibernationRecord = {
+        "hibernated": True,
+        "step": step,
+        "plan": [_without_input(item) for item in plan],
+        "results": results,
+        "summary": summary,
+    }
+
+    async def body() -> HibernationRecord:
+        conn = await step_connection()
+        at = now_ms()
+
+        def swap(states: dict[str, SessionState]) -> HibernationRecord:
+            owner = states[session_id]
+            guard(owner, run_id, ACTIVE_STATUSES)
+            batch = batch_of(owner.pending, run_id)
+            stash = owner.metadata.get(STASH_KEY)
+            abandon = isinstance(stash, dict) and bool(stash.get("abandonPending"))
+            if abandon or batch_settled(batch, at):
+                raise NoChange({"hibernated": False})
+            mark: HibernationMark = {
+                "at": at,
+                "workflowId": workflow_id,
+                "step": step,
+                "dueAt": due_at(batch),
+            }
+            owner.metadata[HIBERNATED_KEY] = mark
+            return record
+
+        _, decided = await current().store.update([session_id], swap, conn=conn)
+        return decided
+
+    try:
+        decided = await commit_once(slot, session_id, run_id, 0, body, lean=True)
+    except Fenced as fenced:
+        if await recorded(names.turn_slot(workflow_id, run_id, step, "results")) is not None:
+            # The submit that completed the batch committed its results already (early, as
+            # the window ended): the turn takes them, as if woken.
+            return {"hibernated": False}
+        return {FENCED_KEY: fenced.reason}
+    if decided.get("hibernated"):
+        log_event("turn.hibernated", sessionId=session_id, runId=run_id, step=step)
+    return decided
+
+
+def _without_input(item: PlanItem) -> PlanItem:
+    """A plan item without its call's input: the pending entry holds a suspended call's, and
+    nothing after the park reads another's."""
+    kept: dict[str, Any] = {k: v for k, v in item.items() if k != "input"}
+    return kept  # type: ignore[return-value]

@@ -1,0 +1,105 @@
+"""The deadline keeper: hibernated batches continue when due, with no request.
+
+A live parked turn's deadline fires inside its workflow (``DBOS.recv``'s timeout). A
+hibernated turn has no workflow, so every runtime runs a keeper: every
+``deadline_keeper_seconds`` it reads the hibernated sessions that are due (revision 0010's
+index, ``store/hibernated.py``), claims each (a compare-and-swap that moves its due time to the
+end of a lease, so two processes fire a batch once) and starts its continuation, whose results
+commit turns each lapsed call into the ``client_tool_timeout`` result the model sees, logs
+``client_tool.timeout`` and counts ``client_tool_timeout``, exactly as a live park's deadline.
+
+The keeper also starts the continuation of a batch a submit completed when that submit's
+process died between its commit and the start (the submit had made the batch due at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+from ..observability.log import log_event
+from ..store.hibernated import claim_due, due_sessions
+from ..store.store import now_ms
+from .context import RuntimeContext
+from .continuation import start_continuation
+
+__all__ = ["LEASE_MS", "DeadlineKeeper", "keep_once"]
+
+LEASE_MS = 30_000
+"""How long a claim holds a batch: a keeper that died before its continuation's results
+commit leaves the batch due again after this."""
+_PAGE = 200
+_AT_ONCE = 8
+"""Claims and starts in flight at once (each holds a database connection while it runs)."""
+
+
+async def keep_once(ctx: RuntimeContext) -> int:
+    """One pass: claim and continue every due batch whose agent this process runs; how many
+    continuations it started.
+
+    A page of due rows is claimed and started ``_AT_ONCE`` at a time, in an order of this
+    keeper's own: two keepers reading the same page then mostly claim different rows instead
+    of queueing on the same row's lock.
+    """
+    started = 0
+    gate = asyncio.Semaphore(_AT_ONCE)
+
+    async def one(session_id: str, now: int) -> tuple[bool, bool]:
+        async with gate:
+            claimed = await claim_due(ctx.store, session_id, now, LEASE_MS)
+            if claimed is None:
+                return False, False
+            if await start_continuation(ctx, claimed) is None:
+                return True, False
+            log_event("turn.continuation_due", sessionId=claimed.session_id, runId=claimed.run_id)
+            return True, True
+
+    while True:
+        now = now_ms()
+        due = await due_sessions(ctx.store, now, _PAGE, [a.name for a in ctx.registry])
+        random.shuffle(due)
+        done = await asyncio.gather(*(one(session_id, now) for session_id in due))
+        started += sum(1 for _, ran in done if ran)
+        if len(due) < _PAGE or not any(claimed for claimed, _ in done):
+            return started
+
+
+class DeadlineKeeper:
+    """The runtime's background keeper task (``start`` at launch, ``stop`` at shutdown)."""
+
+    __slots__ = ("_ctx", "_interval", "_stopping", "_task")
+
+    def __init__(self, ctx: RuntimeContext, interval_seconds: float) -> None:
+        self._ctx = ctx
+        self._interval = interval_seconds
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run a pass every interval until ``stop`` (no-op with an interval of 0)."""
+        if self._interval > 0 and self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Let the pass in progress finish (bounded), then end."""
+        if self._task is None:
+            return
+        self._stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
+        self._task = None
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
+                return
+            try:
+                await keep_once(self._ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database is down: the next pass tries again
+                log_event("turn.deadline_keeper_failed", error=type(exc).__name__)

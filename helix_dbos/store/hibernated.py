@@ -1,0 +1,91 @@
+"""Hibernated turns whose batch is due: the deadline keeper's one query and its claim.
+
+A hibernated session's row carries its mark (``metadata.hibernated``) with ``dueAt``: when
+its continuation must start with no request (the batch's last unanswered deadline; ``0``
+once a submit completed the batch or a new message abandoned it). Revision 0010 indexes that
+value on hibernated rows only, so the keeper's query reads the due rows off the index,
+whatever the number of sessions parked.
+
+A claim moves ``dueAt`` to the end of a lease in a compare-and-swap of the row: of two
+keepers (two processes) one claims the batch and starts its continuation; a keeper that died
+before the continuation's results commit removed the mark leaves a batch that is due again
+when the lease ends, and the continuation's id is derived from the row, so starting it again
+starts nothing new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..core.session import SessionState
+from .schema import HIBERNATED_DUE, HIBERNATED_DUE_INDEX, HIBERNATED_ROW, states
+from .store import NoChange, SessionStore
+from .store import _state_from_row as state_from_row
+
+__all__ = ["DUE_INDEX", "claim_due", "due_expression", "due_sessions", "touched_hibernated"]
+
+DUE_INDEX = HIBERNATED_DUE_INDEX
+"""The partial expression index of revision 0010."""
+
+
+def due_expression(dialect: str) -> tuple[str, str]:
+    """The index's expression and predicate on ``dialect`` (the query repeats them verbatim,
+    so that the planner uses the index)."""
+    return HIBERNATED_DUE[dialect], HIBERNATED_ROW[dialect]
+
+
+async def due_sessions(
+    store: SessionStore, now: int, limit: int, agent_types: Sequence[str]
+) -> list[str]:
+    """Up to ``limit`` hibernated sessions of ``agent_types`` due at ``now``, the most
+    overdue first (a keeper continues only the agents its process runs)."""
+    if not agent_types:
+        return []
+    due, hibernated = due_expression(store.dialect)
+    query = sa.text(
+        f"SELECT session_id FROM __agents_states WHERE {hibernated} AND {due} <= :now "
+        f"AND agent_type IN :types ORDER BY {due} LIMIT :limit"
+    ).bindparams(sa.bindparam("types", expanding=True))
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(query, {"now": now, "limit": limit, "types": list(agent_types)})
+        return [str(r[0]) for r in rows]
+
+
+async def claim_due(
+    store: SessionStore, session_id: str, now: int, lease_ms: int
+) -> SessionState | None:
+    """Claim one due batch: its ``dueAt`` moves to ``now + lease_ms`` (compare-and-swap).
+    The claimed row, or ``None`` if it is no longer hibernated or due (another keeper, a
+    submit or a stop came first)."""
+
+    def claim(states: dict[str, SessionState]) -> bool:
+        mark: Any = states[session_id].metadata.get("hibernated")
+        if not isinstance(mark, dict) or int(mark.get("dueAt", 0)) > now:
+            raise NoChange(False)
+        mark["dueAt"] = now + lease_ms
+        return True
+
+    saved, claimed = await store.update([session_id], claim)
+    return saved[session_id] if claimed else None
+
+
+async def touched_hibernated(
+    store: SessionStore, since: datetime, before: datetime, limit: int = 500
+) -> list[SessionState]:
+    """Hibernated sessions written between ``since`` and ``before`` (the reconciler looks
+    for a complete batch nobody made due among them): a range of the ``updated_at`` index,
+    so a pass reads the recently touched rows, not every hibernated one."""
+    _, hibernated = due_expression(store.dialect)
+    query = (
+        states.select()
+        .where(states.c.updated_at >= since, states.c.updated_at < before)
+        .where(sa.text(hibernated))
+        .order_by(states.c.updated_at)
+        .limit(limit)
+    )
+    async with store.engine.connect() as conn:
+        return [state_from_row(r) for r in (await conn.execute(query)).all()]

@@ -1,0 +1,115 @@
+"""The deadline keeper's query and claim (``store/hibernated.py``) on revision 0010's index."""
+
+from __future__ import annotations
+
+import asyncio
+
+import sqlalchemy as sa
+
+from helix_dbos.core.session import SessionState
+from helix_dbos.store.hibernated import (
+    DUE_INDEX,
+    claim_due,
+    due_expression,
+    due_sessions,
+    touched_hibernated,
+)
+from helix_dbos.store.migrate import upgrade
+from helix_dbos.store.store import SessionStore
+
+
+async def _store(db_url: str) -> SessionStore:
+    await asyncio.to_thread(upgrade, db_url)
+    return SessionStore.from_url(db_url)
+
+
+async def _hibernated(store: SessionStore, session_id: str, due: int | None) -> None:
+    state = SessionState(
+        session_id=session_id,
+        agent_type="a",
+        root_session_id=session_id,
+        status="suspended_client_tool",
+        run_id="run_1",
+    )
+    if due is not None:
+        state.metadata["hibernated"] = {"at": 1, "workflowId": "w", "step": 0, "dueAt": due}
+    await store.create_session(state)
+
+
+async def test_due_sessions_are_read_in_due_order_and_claimed_once(db_url: str) -> None:
+    store = await _store(db_url)
+    try:
+        await _hibernated(store, "late", 2_000)
+        await _hibernated(store, "early", 1_000)
+        await _hibernated(store, "future", 9_000)
+        await _hibernated(store, "awake", None)
+        assert await due_sessions(store, 5_000, 10, ["a"]) == ["early", "late"]
+        claims = await asyncio.gather(
+            claim_due(store, "early", 5_000, 30_000), claim_due(store, "early", 5_000, 30_000)
+        )
+        assert sum(c is not None for c in claims) == 1  # two keepers: one claim
+        assert await due_sessions(store, 5_000, 10, ["a"]) == ["late"]  # leased until 35,000
+        assert await due_sessions(store, 35_000, 10, ["a"]) == ["late", "future", "early"]
+        assert await claim_due(store, "future", 5_000, 30_000) is None
+        assert await claim_due(store, "awake", 5_000, 30_000) is None
+    finally:
+        await store.close()
+
+
+async def test_revision_0010_creates_the_index_the_query_uses(db_url: str) -> None:
+    store = await _store(db_url)
+    try:
+        due, hibernated = due_expression(store.dialect)
+        async with store.engine.connect() as conn:
+            if store.dialect == "postgresql":
+                found = await conn.scalar(
+                    sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                    {"n": DUE_INDEX},
+                )
+                await conn.execute(sa.text("SET enable_seqscan = off"))
+                plan = "\n".join(
+                    str(r[0])
+                    for r in await conn.execute(
+                        sa.text(
+                            f"EXPLAIN SELECT session_id FROM __agents_states WHERE {hibernated} "
+                            f"AND {due} <= 5 ORDER BY {due} LIMIT 10"
+                        )
+                    )
+                )
+                assert DUE_INDEX in plan
+            else:
+                found = await conn.scalar(
+                    sa.text("SELECT sql FROM sqlite_master WHERE name = :n"), {"n": DUE_INDEX}
+                )
+                plan = "\n".join(
+                    str(r[-1])
+                    for r in await conn.execute(
+                        sa.text(
+                            f"EXPLAIN QUERY PLAN SELECT session_id FROM __agents_states WHERE "
+                            f"{hibernated} AND {due} <= 5 ORDER BY {due} LIMIT 10"
+                        )
+                    )
+                )
+                assert DUE_INDEX in plan
+        assert found is not None
+    finally:
+        await store.close()
+
+
+async def test_the_reconcilers_page_of_active_sessions_skips_hibernated_ones(db_url: str) -> None:
+    """Hibernated rows have no workflow to judge: however many there are, they never fill
+    the reconciler's page ahead of an active session that may be stuck."""
+    from datetime import UTC, datetime, timedelta
+
+    store = await _store(db_url)
+    try:
+        for i in range(3):
+            await _hibernated(store, f"cold-{i}", 10**12)
+        await _hibernated(store, "stuck", None)
+        later = datetime.now(UTC) + timedelta(seconds=5)
+        page = await store.settled_before(later, active=True, limit=1)
+        assert [s.session_id for s in page] == ["stuck"]
+        touched = await touched_hibernated(store, later - timedelta(minutes=10), later)
+        assert sorted(s.session_id for s in touched) == ["cold-0", "cold-1", "cold-2"]
+    finally:
+        await store.close()
