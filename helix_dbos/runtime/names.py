@@ -58,8 +58,11 @@ TURN_LAYOUT = 3
 """The step layout a new turn records, passed as its workflows' ``layout`` argument (a
 recorded turn replays in the layout it recorded; the argument's default, 1, is contract-1's).
 
-* 1: each commit (the model's answer, a batch's results, the turn's end) is a DBOS step whose
-  checkpoint slot is that step's (``<workflow>:<step id>:<kind>``);
+* 1 (contract-1, retired): each commit (the model's answer, a batch's results, the turn's end)
+  was a DBOS step whose checkpoint slot was that step's (``<workflow>:<step id>:<kind>``). Such
+  a turn is no longer replayed: it ends failed, ``framework_turn_lost`` and retryable, and
+  ``retry`` runs it again (docs/migrations.md); its recorded turns are still moved forward, so
+  that they end that way instead of waiting for a process of their own version;
 * 2: those commits are the workflow's own code, made exactly-once by their checkpoint alone
   under ``turn_slot``; the DBOS steps a turn records are its parks (``recv``), server tools,
   answer reads before an approved tool, and sub-agent starts. Three fewer DBOS steps per round

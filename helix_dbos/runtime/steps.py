@@ -39,7 +39,7 @@ from .context import current
 from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
 from .handover import EntryInputs, Resumption
-from .once import FENCED, after_commit, commit_once, exactly_once, marker, step_connection
+from .once import FENCED, after_commit, commit_once, exactly_once, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
     HIBERNATED_KEY,
@@ -66,7 +66,6 @@ __all__ = [
     "finish_turn",
     "log_settled",
     "model_answer",
-    "model_step",
     "run_server_tool",
     "tool_result_message",
 ]
@@ -90,28 +89,6 @@ def _retryable(exc: BaseException) -> bool:
 MODEL_ATTEMPTS = 4
 MODEL_RETRY_INTERVAL_SECONDS = 0.5
 MODEL_RETRY_BACKOFF = 2.0
-
-
-@DBOS.step(
-    name=names.MODEL_STEP,
-    retries_allowed=True,
-    max_attempts=MODEL_ATTEMPTS,
-    interval_seconds=MODEL_RETRY_INTERVAL_SECONDS,
-    backoff_rate=MODEL_RETRY_BACKOFF,
-    should_retry=_retryable,
-)
-async def model_step(
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    agent_type: str,
-    step: int,
-    summary: TurnSummary,
-) -> ModelStepResult | FencedResult:
-    """Layout 1 (a DBOS step): ``model_answer`` under the step's own checkpoint slot."""
-    return await _model_once(
-        marker("model"), session_id, root_session_id, run_id, agent_type, step, summary
-    )
 
 
 async def model_answer(
@@ -170,7 +147,7 @@ async def _model_once(
     summary: TurnSummary,
     entry: EntryInputs | None = None,
 ) -> ModelStepResult | FencedResult:
-    """One attempt of ``model_answer`` (layout 2) or ``model_step`` (layout 1)."""
+    """One attempt of ``model_answer``."""
     ctx = current()
     if entry is not None:
         # A new run of a new session: nothing of it is committed beyond its entry.

@@ -6,9 +6,10 @@ Replay and crash behaviour, at each await:
   replay returns the recorded response, the provider is not called again.
 * ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
 
-These three are the workflow's own code, recorded by their checkpoints (layout 2,
-``names.TURN_LAYOUT``); a turn recorded by contract-1 replays them as the DBOS steps it
-recorded (layout 1). In layout 2 a turn's first model step may run before its workflow does
+These three are the workflow's own code, recorded by their checkpoints (layouts 2 and 3,
+``names.TURN_LAYOUT``). A turn recorded by contract-1 (layout 1, where they were DBOS steps)
+is no longer replayed: it ends failed, typed and retryable (``_Turn._retired``). A turn's
+first model step may run before its workflow does
 (started by its entry), and a batch's results commit and the next model step may run while
 DBOS hands the turn its wake-up (started by the submit that completed the batch,
 ``continue_early``): the same code under the same slots, taken by the turn
@@ -126,6 +127,12 @@ def _new_summary() -> TurnSummary:
     return {"steps": 0, "clientCalls": 0, "waitMs": 0, "inputTokens": 0, "outputTokens": 0}
 
 
+RETIRED_MESSAGE = (
+    "This turn was recorded by a release whose turns this one no longer replays (contract-1); "
+    "retry the session to run it again"
+)
+"""The error message of a turn recorded by contract-1 (``_Turn._retired``)."""
+
 #: How long a woken turn waits for the read a submit started for it before reading itself.
 EARLY_READ_WAIT_SECONDS = 5.0
 
@@ -187,6 +194,8 @@ class _Turn:
 
     async def run(self) -> TurnOutcome:
         """Run the turn: from its entry, or (``resume`` set) from a batch it hibernated on."""
+        if self.layout < 2:
+            return await self._retired()
         first = 0
         resume, self.resume = self.resume, None
         if resume is None:
@@ -236,6 +245,17 @@ class _Turn:
             drop(self.resume_read)
             self.resume_read = None
 
+    async def _retired(self) -> TurnOutcome:
+        """A turn recorded by contract-1 (layout 1, its commits DBOS steps this release no
+        longer has): it cannot replay, so it ends failed, typed and retryable (``retry``
+        runs the turn again from its conversation; docs/migrations.md)."""
+        error = self._error(None, "framework_turn_lost", retryable=True)
+        error["message"] = RETIRED_MESSAGE
+        try:
+            return await self._finish("failed", "", error)
+        except _Stopped:
+            return _outcome("stopped", "", None, None, self.run_id)
+
     def _error(self, exc: BaseException | None, code: str, retryable: bool = False) -> TurnError:
         return turn_error(
             exc,
@@ -261,8 +281,6 @@ class _Turn:
     async def _model(self, step: int) -> ModelStepResult | FencedResult:
         """The step's committed model answer (a subclass may start from a restored one)."""
         args = (self.session_id, self.root_session_id, self.run_id, self.agent_type, step)
-        if self.layout == 1:
-            return await steps.model_step(*args, self.summary)
         entry, self.entry = self.entry, None  # handed over to one step only
         if isinstance(entry, asyncio.Task):
             return cast("ModelStepResult | FencedResult", await entry)
@@ -364,23 +382,20 @@ class _Turn:
                 )
         next_run = names.next_run_id(self.run_id) if suspending else self.run_id
         args = (self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken)
-        if self.layout == 1:
-            settled = await steps.commit_results(*args)
+        resumed = await self._resumption() if suspending else None
+        if isinstance(resumed, Early):
+            # The submit ran this commit and started the next step (``continue_early``).
+            if resumed.failure is not None:
+                raise resumed.failure
+            settled, self.entry = resumed.settled, resumed.next_step
         else:
-            resumed = await self._resumption() if suspending else None
-            if isinstance(resumed, Early):
-                # The submit ran this commit and started the next step (``continue_early``).
-                if resumed.failure is not None:
-                    raise resumed.failure
-                settled, self.entry = resumed.settled, resumed.next_step
-            else:
-                settled = await steps.commit_results.direct(
-                    self._slot(step, "results"), *args, resumed=resumed, workflow_id=self.rebind
-                )
-                if resumed is not None:
-                    # The next step starts from what this commit wrote (``Resumption``).
-                    self.entry = resumed.take(settled)
-            del resumed
+            settled = await steps.commit_results.direct(
+                self._slot(step, "results"), *args, resumed=resumed, workflow_id=self.rebind
+            )
+            if resumed is not None:
+                # The next step starts from what this commit wrote (``Resumption``).
+                self.entry = resumed.take(settled)
+        del resumed
         ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += _wait_ms(ordered)
@@ -606,11 +621,7 @@ class _Turn:
     ) -> TurnOutcome:
         args = (self.session_id, self.run_id, outcome, text, error, self.summary)
         _check_fence(
-            await (
-                steps.finish_turn(*args, self.root_session_id)
-                if self.layout == 1
-                else steps.finish_turn.direct(self._slot(-1, "finish"), *args, self.root_session_id)
-            )
+            await steps.finish_turn.direct(self._slot(-1, "finish"), *args, self.root_session_id)
         )
         log_event(
             "turn.summary",

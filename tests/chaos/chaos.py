@@ -252,13 +252,13 @@ async def run_chaos(
 def _hibernations(database_url: str) -> dict[str, int]:
     """How many batches hibernated, and how many continuation workflows ran."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        hibernated = conn.execute(
+        (hibernated,) = conn.execute(
             "SELECT count(*) FROM __agents_checkpoints WHERE checkpoint_id LIKE '%%:hibernate' "
             "AND (state -> 'result' ->> 'hibernated')::boolean"
-        ).fetchone()
-        continued = conn.execute(
+        ).fetchall()
+        (continued,) = conn.execute(
             "SELECT count(*) FROM dbos.workflow_status WHERE name = 'helix.turn.continue'"
-        ).fetchone()
+        ).fetchall()
     return {"hibernated": int(hibernated[0]), "continuations": int(continued[0])}
 
 

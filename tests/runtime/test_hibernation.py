@@ -351,23 +351,32 @@ async def test_drain_first_is_refused_then_abandon_continues_at_once(
 
 async def test_abandon_racing_the_last_answer_continues_once(make_runtime: MakeRuntime) -> None:
     """A new message that abandons the batch and the batch's last answer, at once: both start
-    the continuation, which runs once; the call has one result (the answer, or abandoned)."""
+    the continuation, which runs once; the call has one result (the answer, or abandoned).
+    When the continuation took the batch before the message reached the row, the message is
+    refused as for a hot turn already continuing (``AgentAlreadyRunningError``), and nothing
+    of it is written."""
     llm = ScriptedLLM(script)
     runtime = await make_runtime([agent("cold", llm)], deadline_keeper_seconds=0)
     handle, (first, last) = await cold_turn(runtime)
     sid = handle.session_id
     await runtime.submit_tool_result(sid, first, result={"applied": 1})
-    await asyncio.gather(
+    resumed, _ = await asyncio.gather(
         runtime.resume(sid, "with_message", NEW_MESSAGE, abandon_pending=True),
         runtime.submit_tool_result(sid, last, result={"applied": 2}),
+        return_exceptions=True,
     )
     assert (await runtime.wait(sid, timeout=30))["status"] == "completed"
     history = await runtime.messages(sid)
-    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "user", "assistant"]
     assert [m.tool_call_id for m in history if m.role == "tool"] == [first, last]
+    assert llm.calls == 2 and len(await continuations(sid)) == 1
+    if isinstance(resumed, AgentAlreadyRunningError):
+        assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+        assert history[3].result == {"applied": 2}
+        return
+    assert not isinstance(resumed, BaseException), resumed
+    assert [m.role for m in history] == ["user", "assistant", "tool", "tool", "user", "assistant"]
     assert history[3].result == {"applied": 2} or history[3].error_code == "client_tool_abandoned"
     assert history[4].content == NEW_MESSAGE
-    assert llm.calls == 2 and len(await continuations(sid)) == 1
 
 
 # -- retry and rewind -----------------------------------------------------------------------------

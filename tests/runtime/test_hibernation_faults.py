@@ -29,6 +29,7 @@ from dbos import DBOS
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import AgentRegistry
+from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, continuation, keeper, names, submit
 from helix_dbos.store.hibernated import due_sessions
@@ -305,15 +306,7 @@ async def test_sigkill_while_hibernated(db_url: str) -> None:
 async def test_death_between_the_hibernate_commit_and_the_workflow_end(db_url: str) -> None:
     """The turn's workflow is still PENDING: the new process recovers it, its replay takes the
     recorded hibernate decision (no model call), and a submit continues the turn."""
-    with reaped(_spawn("exit-at-hibernate", db_url)) as proc:
-        out, err = proc.communicate(timeout=BOUND)
-    assert proc.returncode == worker.EXIT_AT_HIBERNATE, err
-    [turn] = [json.loads(line) for line in out.splitlines()]
-    store = SessionStore.from_url(db_url)
-    try:
-        state = await store.get(turn["session"])
-    finally:
-        await store.close()
+    turn, state = await _died_at("exit-at-hibernate", worker.EXIT_AT_HIBERNATE, db_url)
     assert state.metadata["hibernated"]["workflowId"] == turn["workflow"]
     turn["calls"] = [p.tool_call_id for p in sorted(state.pending.values(), key=lambda p: p.index)]
     llm = ScriptedLLM(script)
@@ -329,15 +322,7 @@ async def test_death_between_the_hibernate_commit_and_the_workflow_end(db_url: s
 async def test_death_between_the_last_submit_and_the_continuation_start(db_url: str) -> None:
     """The last submit committed (the batch due at once) and the process died before it
     started the continuation: the new process's deadline keeper starts it, with no request."""
-    with reaped(_spawn("exit-at-start", db_url)) as proc:
-        out, err = proc.communicate(timeout=BOUND)
-    assert proc.returncode == worker.EXIT_AT_START, err
-    [turn] = [json.loads(line) for line in out.splitlines()]
-    store = SessionStore.from_url(db_url)
-    try:
-        state = await store.get(turn["session"])
-    finally:
-        await store.close()
+    turn, state = await _died_at("exit-at-start", worker.EXIT_AT_START, db_url)
     assert state.metadata["hibernated"]["dueAt"] == 0
     assert all(p.submitted_at is not None for p in state.pending.values())
     llm = ScriptedLLM(script)
@@ -410,3 +395,17 @@ async def test_a_turn_hibernated_by_v1_is_continued_by_v2(db_url: str) -> None:
             outcome = await workflow_result(continued.workflow_id)
             assert outcome["outcome"] == "completed"
         assert llm.calls == 2
+
+
+async def _died_at(mode: str, code: int, db_url: str) -> tuple[dict[str, Any], SessionState]:
+    """Run the worker ``mode``, which exits with ``code`` at its point of death; the turn it
+    printed and its session's row as the death left it."""
+    with reaped(_spawn(mode, db_url)) as proc:
+        out, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode == code, err
+    [turn] = [json.loads(line) for line in out.splitlines()]
+    store = SessionStore.from_url(db_url)
+    try:
+        return turn, await store.get(turn["session"])
+    finally:
+        await store.close()

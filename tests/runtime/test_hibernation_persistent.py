@@ -5,6 +5,7 @@ session's inbox (the next message goes to it). Postgres and SQLite."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from dbos import DBOS
 
@@ -22,7 +23,8 @@ async def test_a_persistent_turn_hibernates_and_its_continuation_serves_the_inbo
     sid = first.session_id
     mark = await hibernated(runtime, sid)
     assert mark is not None
-    persistent = await DBOS.retrieve_workflow_async(first.workflow_id)
+    assert first.workflow_id is not None
+    persistent: Any = await DBOS.retrieve_workflow_async(first.workflow_id)
     assert (await asyncio.wait_for(persistent.get_result(), 30))["ended"] == "hibernated"
     (call,) = (await runtime.store.get(sid)).pending.values()
     await runtime.submit_tool_result(sid, call.tool_call_id, result={"applied": 1})
