@@ -32,6 +32,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names
 from helix_dbos.runtime.keeper import keep_once
+from tests.runtime.hibernation_worker import hibernated
 
 #: Seconds a ``quick`` call waits: its turn must hibernate before then (a slow machine too).
 QUICK_TIMEOUT = 3.0
@@ -115,16 +116,6 @@ async def cli(*argv: str) -> tuple[int, str, str]:
 
     code = await asyncio.to_thread(run)
     return code, out.getvalue(), err.getvalue()
-
-
-async def hibernated(runtime: AgentRuntime, session_id: str) -> dict[str, Any]:
-    """The session's hibernation mark, once its turn has hibernated (at most 20 s)."""
-    for _ in range(1000):
-        mark = (await runtime.session(session_id)).metadata.get("hibernated")
-        if mark:
-            return mark  # type: ignore[no-any-return]
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{session_id} did not hibernate")
 
 
 def iso(ms: int) -> str:

@@ -194,8 +194,6 @@ class _Turn:
 
     async def run(self) -> TurnOutcome:
         """Run the turn: from its entry, or (``resume`` set) from a batch it hibernated on."""
-        if self.layout < 2:
-            return await self._retired()
         first = 0
         resume, self.resume = self.resume, None
         if resume is None:
@@ -203,6 +201,8 @@ class _Turn:
             if handed is None:
                 # The entry that started this turn failed: there is no run to continue.
                 return _outcome("stopped", "", None, None, self.run_id)
+            if self.layout < 2:
+                return await self._retired()  # after its entry committed, if it was ours
             self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
             del handed  # this frame lives while the turn is parked: the step is held once
         # One frame for the loop and its error handling: every frame on a parked turn's stack

@@ -33,6 +33,7 @@ from tests.observability.obs_helpers import (
     settings_for,
 )
 from tests.runbook_sql import runbook_sql
+from tests.runtime.hibernation_worker import hibernated
 
 #: Client deadlines: FAST lapses, but only after the test has seen its call pending.
 TIMEOUT, FAST = 30.0, 2.0
@@ -219,16 +220,6 @@ async def test_every_runbook_statement_on_real_turns(
     await runtime.interrupt(tree.session_id)
 
 
-async def _mark(runtime: AgentRuntime, session_id: str) -> dict[str, Any]:
-    """The session's hibernation mark, once its turn has hibernated (at most 20 s)."""
-    for _ in range(1000):
-        mark = (await runtime.session(session_id)).metadata.get("hibernated")
-        if mark:
-            return mark  # type: ignore[no-any-return]
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{session_id} did not hibernate")
-
-
 def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -245,7 +236,9 @@ async def test_hibernated_turn_statements(launch: Any, pg_url: str) -> None:
     waiting = await runtime.start("ops", "pick_color")
     lapsed = await runtime.start("ops_fast", "pick_color")
     answered = await runtime.start("ops", "confirm")
-    marks = {h.session_id: await _mark(runtime, h.session_id) for h in (waiting, lapsed, answered)}
+    marks = {
+        h.session_id: await hibernated(runtime, h.session_id) for h in (waiting, lapsed, answered)
+    }
     (call,) = (await runtime.session(answered.session_id)).pending
     async with Operator.open(pg_url) as operator:
         _, answer = await operator.fail_call(answered.session_id, call)

@@ -259,14 +259,15 @@ async def wait_until(probe: Any, seconds: float = 20.0) -> Any:
         await asyncio.sleep(0.02)
 
 
-async def hibernated(runtime: AgentRuntime, session_id: str) -> dict[str, Any] | None:
-    """The session's hibernation mark once it has one."""
+async def hibernated(runtime: AgentRuntime, session_id: str) -> dict[str, Any]:
+    """The session's hibernation mark once it has one (fails the test if it never does)."""
 
     async def probe() -> Any:
         state = await runtime.store.get(session_id)
         return state.metadata.get("hibernated")
 
     mark: dict[str, Any] | None = await wait_until(probe)
+    assert mark, f"{session_id} did not hibernate"
     return mark
 
 
