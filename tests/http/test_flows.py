@@ -8,9 +8,15 @@ from .helpers import Frame, read_sse, start, wait_status
 
 
 def stream_until_parked(client: httpx.Client, session_id: str, after: int) -> list[Frame]:
-    """Read the stream from ``after`` until it ends; the session must then be parked."""
+    """Read the stream from ``after`` until it ends; the session must then be parked.
+
+    A reconnect (``after`` > 0) that attaches once the turn has parked again replays up to
+    ``suspended`` and then sends the ``pending`` frame (no id) of the calls still waiting."""
     frames = read_sse(client, session_id, last_event_id=after)
-    assert frames and frames[-1].type == "suspended", [f.type for f in frames]
+    types = [f.type for f in frames]
+    last = max((i for i, f in enumerate(frames) if f.id is not None), default=-1)
+    assert last >= 0 and frames[last].type == "suspended", types
+    assert all(f.type == "pending" for f in frames[last + 1 :]), types
     return [f for f in frames if f.id is not None]
 
 
