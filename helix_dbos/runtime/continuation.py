@@ -30,15 +30,15 @@ from ..store.store import patience
 from . import names
 from .context import RuntimeContext, current, workflow_task
 from .hibernation import mark_of
-from .records import HibernationRecord, TurnOutcome
-from .turn import _Turn
+from .once import recorded
+from .records import HibernationRecord
+from .turn import _Turn, stopped_outcome
 
 __all__ = [
     "continuation_of",
     "follow",
     "run_continuation",
     "start_continuation",
-    "stopped_outcome",
 ]
 
 
@@ -90,9 +90,7 @@ class _ContinuedTurn(_Turn):
 
 async def _record(workflow_id: str, run_id: str, step: int) -> HibernationRecord | None:
     """The hibernate commit's record of ``run_id``'s batch, if it committed."""
-    done = await current().store.get_checkpoint(
-        names.turn_slot(workflow_id, run_id, step, "hibernate")
-    )
+    done = await recorded(names.turn_slot(workflow_id, run_id, step, "hibernate"))
     return None if done is None else done["state"]["result"]
 
 
@@ -149,11 +147,6 @@ async def follow(session_id: str, outcome: Any, poll_seconds: float = 0.25) -> A
             return stopped_outcome(run_id)
         outcome = await handle.get_result(polling_interval_sec=poll_seconds)
     return outcome
-
-
-def stopped_outcome(run_id: str) -> TurnOutcome:
-    """The outcome of a turn that ended writing nothing more (stopped, superseded)."""
-    return {"outcome": "stopped", "text": "", "output": None, "error": None, "runId": run_id}
 
 
 async def continuation_of(session_id: str, run_id: str, poll_seconds: float = 0.25) -> Any | None:

@@ -45,9 +45,9 @@ from ..observability.log import log_event
 from ..store.store import NoChange, patience
 from . import names, records
 from .context import RuntimeContext, current, workflow_task
-from .continuation import continuation_of, stopped_outcome
+from .continuation import continuation_of
 from .entry import ACTIVE_STATUSES, open_turn
-from .turn import _Turn
+from .turn import _Turn, stopped_outcome
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [

@@ -68,7 +68,7 @@ from .records import (
 )
 from .resolve import resolve_call
 
-__all__ = ["run_turn", "start_first_step"]
+__all__ = ["run_turn", "start_first_step", "stopped_outcome"]
 
 R = TypeVar("R")
 
@@ -200,7 +200,7 @@ class _Turn:
             handed = await current().handovers.take(self.workflow_id)
             if handed is None:
                 # The entry that started this turn failed: there is no run to continue.
-                return _outcome("stopped", "", None, None, self.run_id)
+                return stopped_outcome(self.run_id)
             if self.layout < 2:
                 return await self._retired()  # after its entry committed, if it was ours
             self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
@@ -236,7 +236,7 @@ class _Turn:
                 # DBOS's own cancellation is a BaseException and passes through.
                 return await self._fail(internal_error(), exc)
         except _Stopped:
-            return _outcome("stopped", "", None, None, self.run_id)
+            return stopped_outcome(self.run_id)
         finally:
             # A step started for this turn that it ended (or was cancelled) before taking.
             entry, self.entry = self.entry, None
@@ -254,7 +254,7 @@ class _Turn:
         try:
             return await self._finish("failed", "", error)
         except _Stopped:
-            return _outcome("stopped", "", None, None, self.run_id)
+            return stopped_outcome(self.run_id)
 
     def _error(self, exc: BaseException | None, code: str, retryable: bool = False) -> TurnError:
         return turn_error(
@@ -653,6 +653,11 @@ def _check_fence(committed: R | FencedResult) -> R:
     if isinstance(committed, dict) and FENCED in committed:
         raise _Stopped(committed[FENCED])
     return committed
+
+
+def stopped_outcome(run_id: str) -> TurnOutcome:
+    """The outcome of a turn that ended writing nothing more (stopped, superseded)."""
+    return _outcome("stopped", "", None, None, run_id)
 
 
 def _outcome(
