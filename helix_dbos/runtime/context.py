@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
-from .handover import Handovers, Prefetches
+from .handover import BatchJobs, Handovers
 
 if TYPE_CHECKING:
     from .notifications import Notifications
@@ -36,8 +36,9 @@ class RuntimeContext:
     in our own store transactions (``send_in_transaction``)."""
     handovers: Handovers = field(default_factory=Handovers)
     """Entries being committed, for the turns they start (``handover.py``)."""
-    prefetches: Prefetches = field(default_factory=Prefetches)
-    """Reads started for parked turns that a submit is waking (``handover.py``)."""
+    batch_jobs: BatchJobs = field(default_factory=BatchJobs)
+    """Batches of client calls parked here, and the jobs submits started for them
+    (``batch_job.py``)."""
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""

@@ -20,31 +20,35 @@ The same holds between a woken turn's results commit and its next model step
 results commit swaps from those rows, and hands the next model step the row it committed and
 the conversation with the results appended. The next step reads nothing back.
 
-A submit that completes the batch of a turn parked in this process starts that read itself,
-as it wakes the turn (``Prefetches``): it then runs while DBOS consumes the wake-up message,
-not after it. For a batch of client calls (no approval among them), the submit goes on from
-that read to the turn's results commit and starts its next model step (``Early``): the turn,
-once DBOS hands it the wake-up, takes the recorded results and the running step. Both are
-the turn's own exactly-once commits under their checkpoint slots, whichever task runs them.
+A batch's continuation (``batch_job.py``) is handed over the same way: a turn parked on a
+batch of client calls publishes it here (``ParkedBatch``, a value), the submit that completes
+it starts the batch's job from that value while DBOS hands the turn its wake-up
+(``BatchJobs.start``), and the woken turn joins that job by its checkpoint slot instead of
+running a second one (``BatchJobs.run``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..store.store import Prior
+from . import names
+from .plan import SUSPENDING_KINDS
+from .records import CommittedResults, FencedResult, PlanItem, ToolResult, TurnSummary
 
 __all__ = [
-    "Early",
+    "BatchJobs",
+    "Continued",
     "EntryInputs",
     "FirstStep",
     "Handovers",
-    "Prefetches",
+    "ParkedBatch",
+    "ReadLost",
     "ResumeRead",
     "Resumption",
     "detached",
@@ -76,48 +80,6 @@ def detached(work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
 FirstStep = asyncio.Task[Any]
 """A turn's first model step, started as its entry committed: it returns what the
 turn's own first step would (``steps.model_answer``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Early:
-    """What a submit did for a parked turn whose batch it completed: the results commit's
-    result, and the turn's next model step, started from what that commit wrote (``None``
-    when the turn does not go on to one: fenced, finished by a tool, or out of steps). Or
-    the error that commit raised (``failure``): the turn fails with it, as if it had run the
-    commit itself, rather than spend a second round of retries on it."""
-
-    settled: Any
-    next_step: FirstStep | None
-    failure: Exception | None = None
-
-
-class EarlyStart(Protocol):
-    """A parked turn that can be continued by the submit that completes its batch."""
-
-    def continue_early(
-        self, read: Coroutine[Any, Any, ResumeRead]
-    ) -> Coroutine[Any, Any, Early]: ...
-
-
-def drop(task: asyncio.Task[Any] | None) -> None:
-    """Let go of work started for a turn that will not take it. Work still running is left
-    to finish: cancelled mid-transaction, it could leave its connection holding a lock
-    (SQLite) or its commit half-way through its retries. The next model step it started
-    (``Early``) is stopped once it is known; the turn, wherever it runs, runs that step
-    itself."""
-    if task is None:
-        return
-    if task.done():
-        _stop_next_step(task)
-    else:
-        task.add_done_callback(_stop_next_step)
-
-
-def _stop_next_step(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is None:
-        done = task.result()
-        if isinstance(done, Early) and done.next_step is not None:
-            done.next_step.cancel()
 
 
 class Handovers:
@@ -197,55 +159,153 @@ class Resumption:
         return inputs if result is self._result and inputs is not None else None
 
 
-class Prefetches:
-    """Work for woken turns started early, by the workflow id of the turn: the read of its
-    inputs, or the read, its results commit and its next step (``Early``).
+@dataclass(frozen=True, slots=True)
+class ParkedBatch:
+    """A turn's batch as it stopped: everything its continuation needs but the session's
+    row and conversation, which it reads as recorded."""
 
-    The turn takes it (once) when it leaves its park. It checks a read like any read of its
-    own: its results commit swaps from the rows, so a read that went stale in between costs a
-    second read, never a wrong write. An early results commit is the turn's own (same slot):
-    the turn finds it recorded, whoever ran it.
-    """
+    workflow_id: str
+    """The workflow whose checkpoint slots the turn's commits use (the first one's, for a
+    turn taken up after it hibernated)."""
+    live_workflow_id: str
+    """The workflow running the turn now: the session's row names it, and submits find the
+    published batch by it."""
+    session_id: str
+    root_session_id: str
+    agent_type: str
+    run_id: str
+    step: int
+    plan: list[PlanItem]
+    results: dict[str, ToolResult]
+    """The results known before the park (server tools, sub-agents, resolved approvals)."""
+    summary: TurnSummary
+    rebind: str | None = None
+    """The continuation workflow of a hibernated turn: its results commit names it on the row."""
 
-    __slots__ = ("_parked", "_reads", "_running")
+    @property
+    def slot(self) -> str:
+        """The checkpoint slot of the batch's results commit: the job's identity."""
+        return names.turn_slot(self.workflow_id, self.run_id, self.step, "results")
+
+    @property
+    def suspended(self) -> bool:
+        """Whether calls of the batch waited (the results commit then opens the next run)."""
+        return any(item["kind"] in SUSPENDING_KINDS for item in self.plan)
+
+
+@dataclass(frozen=True, slots=True)
+class Continued:
+    """What the job did: the results commit's result, and the next model step, started from
+    what that commit wrote (``None`` when the turn does not go on to one: fenced, finished
+    by a tool, or out of steps)."""
+
+    settled: CommittedResults | FencedResult
+    next_step: FirstStep | None
+
+
+class ReadLost(Exception):
+    """The job's read of the session's row and conversation failed before it wrote anything:
+    whoever joins it runs the job again, reading itself."""
+
+
+def drop(job: asyncio.Task[Continued] | None) -> None:
+    """Let go of a job nobody will join. A job still running is left to finish: cancelled
+    mid-transaction, it could leave its connection holding a lock (SQLite) or its commit
+    half-way through its retries. The next model step it started is stopped once it is
+    known; the turn, wherever it runs, runs that step itself."""
+    if job is None:
+        return
+    if job.done():
+        _stop_next_step(job)
+    else:
+        job.add_done_callback(_stop_next_step)
+
+
+def _stop_next_step(job: asyncio.Task[Continued]) -> None:
+    if not job.cancelled() and job.exception() is None:
+        step = job.result().next_step
+        if step is not None:
+            step.cancel()
+
+
+class BatchJobs:
+    """This process's published batches and the jobs submits started for them, by the
+    workflow id of the parked turn."""
+
+    __slots__ = ("_jobs", "_published", "_running")
 
     def __init__(self) -> None:
-        self._reads: dict[str, asyncio.Task[Any]] = {}
-        self._parked: dict[str, EarlyStart] = {}
-        self._running: set[asyncio.Task[Any]] = set()
-        """Every task started here and not finished, taken or not (``close_all`` waits)."""
+        self._published: dict[str, ParkedBatch] = {}
+        self._jobs: dict[str, tuple[str, asyncio.Task[Continued]]] = {}
+        self._running: set[asyncio.Task[Continued]] = set()
+        """Every job started here and not finished, joined or not (``close_all`` waits)."""
 
-    def park(self, workflow_id: str, turn: EarlyStart) -> None:
-        """``turn`` is parked on a batch its submit may continue (``EarlyStart``)."""
-        self._parked[workflow_id] = turn
+    def publish(self, batch: ParkedBatch) -> None:
+        """``batch``'s turn parks on it, and the submit completing it may continue it."""
+        self._published[batch.live_workflow_id] = batch
 
-    def start(self, workflow_id: str, read: Coroutine[Any, Any, ResumeRead]) -> None:
-        """Start ``read`` for the turn ``workflow_id`` (replacing an earlier one), and go on
-        to its results commit and next step if it parked on a batch that allows it."""
-        turn = self._parked.pop(workflow_id, None)
-        # Nobody takes it if the turn was cancelled.
-        task = detached(turn.continue_early(read) if turn is not None else read)
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
-        drop(self._reads.pop(workflow_id, None))
-        self._reads[workflow_id] = task
+    def withdraw(self, live_workflow_id: str) -> None:
+        """The turn left its park: a later submit starts nothing for it (a job already
+        started stays, for the turn to join)."""
+        self._published.pop(live_workflow_id, None)
 
-    def take(self, workflow_id: str) -> asyncio.Task[Any] | None:
-        """The work started for ``workflow_id``, if any (once): a ``ResumeRead`` or an
-        ``Early``."""
-        self._parked.pop(workflow_id, None)
-        return self._reads.pop(workflow_id, None)
+    def start(
+        self, live_workflow_id: str, job_of: Callable[[ParkedBatch], Coroutine[Any, Any, Continued]]
+    ) -> bool:
+        """Start the job of the batch ``live_workflow_id`` parked on (``job_of`` it), if it
+        published one; whether one started. Called by the submit that completed the batch."""
+        batch = self._published.pop(live_workflow_id, None)
+        if batch is None:
+            return False
+        job = detached(job_of(batch))
+        self._running.add(job)
+        job.add_done_callback(self._running.discard)
+        self._forget_job(live_workflow_id)
+        self._jobs[live_workflow_id] = (batch.slot, job)
+        return True
+
+    async def run(
+        self, batch: ParkedBatch, job_of: Callable[[ParkedBatch], Coroutine[Any, Any, Continued]]
+    ) -> Continued:
+        """The job of ``batch``, for its turn: the one a submit started for it here, joined,
+        or else run now. A job whose read failed (or that was cancelled at shutdown) wrote
+        nothing, and is run again."""
+        started = self._jobs.pop(batch.live_workflow_id, None)
+        if started is not None:
+            slot, job = started
+            if slot == batch.slot:
+                try:
+                    return await asyncio.shield(job)
+                except asyncio.CancelledError:
+                    if not job.cancelled():
+                        drop(job)
+                        raise  # the turn itself is being cancelled
+                except ReadLost:
+                    pass
+            else:
+                drop(job)
+        return await job_of(batch)
+
+    def forget(self, live_workflow_id: str) -> None:
+        """The turn ``live_workflow_id`` ended: drop what it left here."""
+        self._published.pop(live_workflow_id, None)
+        self._forget_job(live_workflow_id)
+
+    def _forget_job(self, live_workflow_id: str) -> None:
+        started = self._jobs.pop(live_workflow_id, None)
+        if started is not None:
+            drop(started[1])
 
     async def close_all(self, timeout: float) -> None:
-        """Let go of the work no turn took, and wait up to ``timeout`` seconds for every
-        task started here to finish (at shutdown, before the store closes); one stuck on
-        a dead database is cancelled."""
-        self._parked.clear()
-        for workflow_id in list(self._reads):
-            drop(self._reads.pop(workflow_id))
+        """Let go of the jobs no turn joined, and wait up to ``timeout`` seconds for every job
+        started here to finish (at shutdown, before the store closes); one stuck on a dead
+        database is cancelled."""
+        self._published.clear()
+        for live_workflow_id in list(self._jobs):
+            self._forget_job(live_workflow_id)
         running = list(self._running)
         if not running:
             return
         _, stuck = await asyncio.wait(running, timeout=timeout)
-        for task in stuck:
-            task.cancel()
+        for job in stuck:
+            job.cancel()

@@ -300,8 +300,8 @@ class AgentRuntime(NotificationHooks):
                     task.cancel()
                 _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
             log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
-        # After the turns, which let go of what they had taken (``handover.drop``).
-        await self._ctx.prefetches.close_all(RELEASE_WAIT_SECONDS)
+        # After the turns, which let go of what they had taken (``BatchJobs.forget``).
+        await self._ctx.batch_jobs.close_all(RELEASE_WAIT_SECONDS)
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.

@@ -41,6 +41,7 @@ from ..observability import approval_metrics
 from ..observability.log import describe_issues, log_event
 from ..store.store import NoChange, Prior, RetryTransaction, now_ms
 from . import names, notes
+from .batch_job import continue_batch
 from .context import RuntimeContext
 from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
@@ -503,13 +504,10 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
         if continuation.kind == "new_run":
             continued_here = await start_continuation(ctx, owner) is not None
     elif verdict.sent == "sent" and owner.workflow_id is not None:
-        if continuation.kind == "new_run" and owner.workflow_id in ctx.parked:
-            # The batch is complete and its turn is parked here: read what it will read
-            # when it wakes, while DBOS consumes the wake-up (``handover.Prefetches``).
-            ctx.prefetches.start(
-                owner.workflow_id,
-                store.resume_inputs(owner.session_id, [owner.root_session_id or sub.session_id]),
-            )
+        if continuation.kind == "new_run":
+            # The batch is complete: if its turn parked here on client calls, run the batch's
+            # job now, while DBOS hands the turn its wake-up (``batch_job``).
+            ctx.batch_jobs.start(owner.workflow_id, continue_batch)
         wake_local(owner.workflow_id, names.tool_result_topic(tcid))
     elif verdict.sent in ("unavailable", "failed"):
         # The answer is stored; its wake-up could not ride in the transaction: send it now.

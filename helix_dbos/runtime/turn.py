@@ -11,8 +11,8 @@ These three are the workflow's own code, recorded by their checkpoints (layouts 
 is no longer replayed: it ends failed, typed and retryable (``_Turn._retired``). A turn's
 first model step may run before its workflow does
 (started by its entry), and a batch's results commit and the next model step may run while
-DBOS hands the turn its wake-up (started by the submit that completed the batch,
-``continue_early``): the same code under the same slots, taken by the turn
+DBOS hands the turn its wake-up (the batch's job, ``batch_job.py``, started by the submit that
+completed the batch): the same code under the same slots, joined by the turn
 (``handover.py``).
 * ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
   a restart re-arms with the remaining time; an answer sent while the process was down is
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
 from typing import Any, Literal, TypeVar, cast
 
 from dbos import DBOS, SetWorkflowID
@@ -47,10 +46,11 @@ from ..observability import tracing
 from ..observability.log import log_event
 from ..store.store import patience
 from . import hibernation, names, steps
+from .batch_job import continue_batch, finishing, wait_ms
 from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import Early, EntryInputs, FirstStep, ResumeRead, Resumption, detached, drop
+from .handover import EntryInputs, FirstStep, ParkedBatch, detached
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -133,9 +133,6 @@ RETIRED_MESSAGE = (
 )
 """The error message of a turn recorded by contract-1 (``_Turn._retired``)."""
 
-#: How long a woken turn waits for the read a submit started for it before reading itself.
-EARLY_READ_WAIT_SECONDS = 5.0
-
 
 class _Stopped(Exception):
     """A step found the turn's run stopped or superseded: end now, writing nothing more."""
@@ -146,12 +143,10 @@ class _Turn:
     __slots__ = (
         "agent",
         "agent_type",
-        "batch",
         "entry",
         "layout",
         "rebind",
         "resume",
-        "resume_read",
         "root_session_id",
         "run_id",
         "session_id",
@@ -176,14 +171,8 @@ class _Turn:
         self.run_id = turn_id
         self.entry: EntryInputs | FirstStep | None = None
         """What the next model step starts from, when this process has it: the step itself,
-        started as the entry committed (``handover``), or its inputs as the last results
-        commit wrote them (``Resumption``)."""
-        self.resume_read: asyncio.Task[ResumeRead | Early] | None = None
-        """What a submit started for this turn as it woke it (``handover.Prefetches``): the
-        read of its inputs, or the read, the results commit and the next step (``Early``)."""
-        self.batch: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None
-        """While parked on a batch its submit may continue (``continue_early``): the step,
-        its plan and the results known before the park."""
+        started as the entry committed (``handover``) or by the last batch's job
+        (``batch_job``), or the entry's inputs."""
         self.summary = _new_summary()
         self.resume: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None
         """Set on a turn taken up after it hibernated: the step whose batch it settles
@@ -242,8 +231,7 @@ class _Turn:
             entry, self.entry = self.entry, None
             if isinstance(entry, asyncio.Task):
                 entry.cancel()
-            drop(self.resume_read)
-            self.resume_read = None
+            current().batch_jobs.forget(DBOS.workflow_id or "")
 
     async def _retired(self) -> TurnOutcome:
         """A turn recorded by contract-1 (layout 1, its commits DBOS steps this release no
@@ -323,17 +311,15 @@ class _Turn:
         if suspending:
             self.summary["clientCalls"] += len(suspending)
             # A batch of client calls alone can be continued by the submit that completes it
-            # (``continue_early``); an approved call's tool runs here, as a DBOS step. Not on
+            # (``batch_job``); an approved call's tool runs here, as a DBOS step. Not on
             # SQLite: it takes one writer at a time, so the early commit would only contend
             # with DBOS's consume of the wake-up (and a read that then writes fails at once).
-            early = (
-                self.layout >= 2
-                and current().store.dialect == "postgresql"
-                and all(i["kind"] != "approval" for i in suspending)
+            early = current().store.dialect == "postgresql" and all(
+                i["kind"] != "approval" for i in suspending
             )
             window = self._hot_window()
             woken, waiting = await self._park(
-                suspending, deadlines, (step, plan, results) if early else None, window
+                suspending, deadlines, self._batch(step, plan, results) if early else None, window
             )
             if waiting:
                 # The hot window (or a deadline) ended the wait with calls unanswered.
@@ -380,135 +366,48 @@ class _Turn:
                 results[item["toolCallId"]] = await self._resolve(
                     item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
                 )
-        next_run = names.next_run_id(self.run_id) if suspending else self.run_id
-        args = (self.session_id, self.root_session_id, self.run_id, next_run, plan, results, woken)
-        resumed = await self._resumption() if suspending else None
-        if isinstance(resumed, Early):
-            # The submit ran this commit and started the next step (``continue_early``).
-            if resumed.failure is not None:
-                raise resumed.failure
-            settled, self.entry = resumed.settled, resumed.next_step
-        else:
-            settled = await steps.commit_results.direct(
-                self._slot(step, "results"), *args, resumed=resumed, workflow_id=self.rebind
-            )
-            if resumed is not None:
-                # The next step starts from what this commit wrote (``Resumption``).
-                self.entry = resumed.take(settled)
-        del resumed
+        batch = self._batch(step, plan, results)
+        # The batch's job (``batch_job``): the one a submit started here for it, or run now.
+        continued = await current().batch_jobs.run(batch, lambda b: continue_batch(b, woken))
+        settled, self.entry = continued.settled, continued.next_step
+        del continued
         ordered = _check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
-        self.summary["waitMs"] += _wait_ms(ordered)
-        self.run_id = next_run
-        finished = _finishing(self.agent, plan, ordered)
+        self.summary["waitMs"] += wait_ms(ordered)
+        self.run_id = names.next_run_id(self.run_id) if batch.suspended else self.run_id
+        finished = finishing(self.agent, plan, ordered)
         if finished is not None:
             return await self._finish("completed", "", None, output=finished.get("result"))
         return None
 
-    def continue_early(self, read: Coroutine[Any, Any, ResumeRead]) -> Coroutine[Any, Any, Early]:
-        """What the submit completing this parked turn's batch runs, outside the workflow,
-        while DBOS consumes the wake-up: ``read`` (the turn's inputs), the results commit the
-        turn would run on waking, and, if the turn goes on, its next model step, started
-        from what the commit wrote. The turn takes both (``Early``).
-
-        The commit is the turn's own (same slot, same arguments but the wake-up times, which
-        only make a commit wait for an answer to become visible: this one read after the
-        answer committed); the step is the one the turn would run next, under its slot.
-        """
-        assert self.batch is not None
-        step, plan, results = self.batch
-        return self._early(
-            read, step, self.run_id, plan, results, cast(TurnSummary, dict(self.summary))
+    def _batch(
+        self, step: int, plan: list[PlanItem], results: dict[str, ToolResult]
+    ) -> ParkedBatch:
+        """The batch of ``step`` as it stands, for its job (``batch_job``)."""
+        return ParkedBatch(
+            workflow_id=self.workflow_id,
+            live_workflow_id=DBOS.workflow_id or "",
+            session_id=self.session_id,
+            root_session_id=self.root_session_id,
+            agent_type=self.agent_type,
+            run_id=self.run_id,
+            step=step,
+            plan=plan,
+            results=results,
+            summary=cast(TurnSummary, dict(self.summary)),
+            rebind=self.rebind,
         )
-
-    async def _early(
-        self,
-        read: Coroutine[Any, Any, ResumeRead],
-        step: int,
-        run_id: str,
-        plan: list[PlanItem],
-        results: dict[str, ToolResult],
-        summary: TurnSummary,
-    ) -> Early:
-        """``continue_early``'s work, with the turn's state as it parked."""
-        next_run = names.next_run_id(run_id)
-        with patience(None):
-            # A failed read is only a read lost: the turn reads and commits itself.
-            resumed = Resumption(self.session_id, *await read)
-            try:
-                settled = await steps.commit_results.direct(
-                    names.turn_slot(self.workflow_id, run_id, step, "results"),
-                    self.session_id,
-                    self.root_session_id,
-                    run_id,
-                    next_run,
-                    plan,
-                    results,
-                    None,
-                    resumed=resumed,
-                )
-            except Exception as exc:
-                return Early(None, None, failure=exc)  # the turn's commit failed
-        inputs = resumed.take(settled)
-        if (
-            FENCED in settled
-            or _finishing(self.agent, plan, settled["results"]) is not None
-            or step + 1 >= self.agent.max_steps
-        ):
-            return Early(settled, None)  # the turn does not call the model again
-        summary["waitMs"] += _wait_ms(settled["results"])
-
-        async def next_step() -> ModelStepResult | FencedResult:
-            with patience(None):
-                return await steps.model_answer(
-                    names.turn_slot(self.workflow_id, next_run, step + 1, "model"),
-                    self.session_id,
-                    self.root_session_id,
-                    next_run,
-                    self.agent_type,
-                    step + 1,
-                    summary,
-                    entry=inputs,
-                )
-
-        return Early(settled, detached(next_step()))
-
-    async def _resumption(self) -> Resumption | Early:
-        """The session's rows (and its root's) and its conversation, read once now, without a
-        lock: the results commit swaps from the rows instead of reading them again in its
-        transaction (``store.Prior``), and the next model step starts from what it wrote.
-        Or what the submit that woke the turn did already (``Early``)."""
-        read = self.resume_read
-        if read is not None:
-            # Bounded and shielded: work that failed, was cancelled (replaced) or hangs is
-            # only work lost; the turn reads again below (its rows are checked by the swap)
-            # and runs its commit itself (recorded if the early one landed).
-            try:
-                done = await asyncio.wait_for(asyncio.shield(read), EARLY_READ_WAIT_SECONDS)
-                self.resume_read = None
-                return done if isinstance(done, Early) else Resumption(self.session_id, *done)
-            except asyncio.CancelledError:
-                if not read.cancelled():
-                    raise  # this turn itself is being cancelled (``run`` drops the work)
-            except Exception:
-                pass
-            drop(read)  # a step it started must not run beside the turn's own
-            self.resume_read = None
-        states, history = await current().store.resume_inputs(
-            self.session_id, [self.root_session_id]
-        )
-        return Resumption(self.session_id, states, history)
 
     async def _park(
         self,
         suspending: list[PlanItem],
         deadlines: dict[str, int],
-        batch: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None,
+        batch: ParkedBatch | None = None,
         window: float | None = None,
     ) -> tuple[WokenAnswers, bool]:
         """Wait until every call has an answer or its deadline has lapsed (or a new message,
-        or a stop). ``batch``: the step, plan and known results, if the submit completing
-        the batch may continue the turn (``continue_early``). ``window``: the hot window, if
+        or a stop). ``batch``: published while parked, if the submit completing the batch
+        may continue the turn (``batch_job``). ``window``: the hot window, if
         the turn may hibernate: then a wait that times out (the window's end or a deadline)
         stops the park, and the hibernate commit decides on the row.
 
@@ -521,8 +420,7 @@ class _Turn:
         workflow_id = DBOS.workflow_id or ""
         parked.add(workflow_id)
         if batch is not None:
-            self.batch = batch
-            ctx.prefetches.park(workflow_id, self)
+            ctx.batch_jobs.publish(batch)
         woken: WokenAnswers = {}
         # The clock only sizes the waits; DBOS records each absolute wake time, and a replay
         # takes each wait's recorded outcome whatever the sizes are now.
@@ -554,8 +452,7 @@ class _Turn:
                     break
         finally:
             parked.discard(workflow_id)
-            self.batch = None
-            self.resume_read = ctx.prefetches.take(workflow_id)
+            ctx.batch_jobs.withdraw(workflow_id)
         return woken, False
 
     async def _resolve(
@@ -631,20 +528,6 @@ class _Turn:
             **self.summary,
         )
         return _outcome(outcome, text, output, error, self.run_id)
-
-
-def _wait_ms(ordered: list[ToolResult]) -> int:
-    """How long a batch's calls waited for their answers, in all."""
-    return sum(r.get("waitMs", 0) for r in ordered)
-
-
-def _finishing(agent: Agent, plan: list[PlanItem], ordered: list[ToolResult]) -> ToolResult | None:
-    """The first successful result of a ``finish_with`` tool in the batch: it ends the turn."""
-    for item, result in zip(plan, ordered, strict=True):
-        tool = agent.tool(item["toolName"])
-        if tool is not None and tool.finish_with and result.get("ok"):
-            return result
-    return None
 
 
 def _check_fence(committed: R | FencedResult) -> R:

@@ -1,14 +1,13 @@
 """A submit that completes the batch of a turn parked in its process continues the turn
-itself (``handover.Early``): it runs the turn's results commit and starts its next model
-step while DBOS is still handing the turn its wake-up. The turn takes both, so each runs
-once; it calls the model only if the turn goes on; and a turn recovered in another process
+itself (``batch_job``): it runs the batch's job (the turn's results commit, then its next
+model step) while DBOS is still handing the turn its wake-up. The turn joins that job, so each
+runs once; it calls the model only if the turn goes on; and a turn recovered in another process
 finds both recorded. Postgres only: on SQLite, which takes one writer at a time, the turn
 does that work itself once woken."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent, define_tool
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
-from helix_dbos.runtime.handover import Early, Prefetches, ResumeRead, drop
 from tests.runtime.agents import EditIn, EditOut, batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 
@@ -180,62 +178,3 @@ async def _recover(db_url: str, llm: ScriptedLLM, session_id: str) -> None:
         assert len([e for e in events if e.type == "turn_end"]) == 1
     finally:
         await second.shutdown()
-
-
-async def test_work_nobody_takes_finishes_before_shutdown_and_its_next_step_stops() -> None:
-    """Work a submit started for a turn that will not take it (the turn ended, or the
-    process shuts down) is not cancelled mid-flight: a read or commit cancelled inside its
-    transaction could leave its connection holding a lock (on SQLite, every later commit
-    then failed with "database is locked"). The shutdown waits for it; the next model step
-    it started is stopped once it is known."""
-    prefetches = Prefetches()
-    release = asyncio.Event()
-    finished: list[str] = []
-
-    async def slow_early(read: Coroutine[Any, Any, ResumeRead]) -> Early:
-        read.close()
-        await release.wait()  # the commit, in its transaction
-        finished.append("commit")
-        return Early({"results": []}, next_step)
-
-    class Parked:
-        def continue_early(self, read: Coroutine[Any, Any, ResumeRead]) -> Any:
-            return slow_early(read)
-
-    next_step = asyncio.ensure_future(asyncio.sleep(60))
-
-    async def unread() -> ResumeRead:
-        raise AssertionError("the early work reads")
-
-    prefetches.park("wf", Parked())
-    prefetches.start("wf", unread())
-    work = prefetches.take("wf")
-    assert work is not None
-    drop(work)  # the turn ended before it took the work
-    await asyncio.sleep(0)
-    assert not work.cancelled()
-    closing = asyncio.ensure_future(prefetches.close_all(5))
-    await asyncio.sleep(0.05)
-    assert not closing.done()  # the shutdown waits for the commit in flight
-    release.set()
-    await closing
-    assert finished == ["commit"]
-    await asyncio.sleep(0)
-    assert next_step.cancelled()
-
-
-async def test_work_stuck_at_shutdown_is_cancelled_after_the_wait() -> None:
-    """Work stuck on a dead database does not hold the shutdown: it is cancelled once the
-    wait is over."""
-    prefetches = Prefetches()
-
-    async def stuck() -> ResumeRead:
-        await asyncio.sleep(60)
-        raise AssertionError("never")
-
-    prefetches.start("wf", stuck())
-    work = prefetches.take("wf")
-    assert work is not None
-    await prefetches.close_all(0.05)
-    await asyncio.sleep(0)
-    assert work.cancelled()
