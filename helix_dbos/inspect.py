@@ -17,8 +17,7 @@ from .core.clock import now_ms
 from .core.messages import Message
 from .core.session import PendingCall, SessionState, Tombstone
 from .runtime.fleet import adoption_history
-from .runtime.hibernation import mark_of
-from .runtime.names import continuation_workflow_id
+from .runtime.hibernation import continuation_id, mark_of, waits_on_child
 from .runtime.operator import Operator, WorkflowInfo
 
 if TYPE_CHECKING:
@@ -78,9 +77,7 @@ def _workflow_dump(w: WorkflowInfo) -> dict[str, Any]:
 
 def _continuation_id(state: SessionState) -> str | None:
     """The workflow that continues ``state``'s hibernated turn (started or not), if any."""
-    if mark_of(state) is None or state.run_id is None:
-        return None
-    return continuation_workflow_id(state.session_id, state.run_id)
+    return continuation_id(state)
 
 
 def hibernation_dump(
@@ -93,10 +90,12 @@ def hibernation_dump(
     if mark is None:
         return None
     due_at = int(mark["dueAt"])
+    waiting = waits_on_child(mark)
     return {
         "at": _iso_ms(int(mark["at"])),
-        "dueAt": _iso_ms(due_at) if due_at else None,
+        "dueAt": _iso_ms(due_at) if due_at and not waiting else None,
         "due": due_at <= at_ms,
+        "waitingOnSubAgentCall": mark.get("child") if waiting else None,
         "step": mark["step"],
         "workflowId": mark["workflowId"],
         "continuationWorkflowId": _continuation_id(state),
@@ -421,7 +420,9 @@ def _hibernation_lines(report: SessionReport) -> list[str]:
     if mark is None:
         return []
     due_at, at = int(mark["dueAt"]), report.at_ms
-    if not due_at:
+    if waits_on_child(mark):
+        due = f"waiting on the sub-agent of {mark.get('child')}: due when it ends"
+    elif not due_at:
         due = "due now (its batch is complete, or a new message abandoned it)"
     elif due_at > at:
         due = f"due {_iso_ms(due_at)} (in {span((due_at - at) / 1000)})"

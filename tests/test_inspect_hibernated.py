@@ -146,6 +146,7 @@ async def test_inspect_and_sessions_show_hibernated_turns(
         "at": iso(mark["at"]),
         "dueAt": iso(call_.deadline_at),
         "due": False,
+        "waitingOnSubAgentCall": None,
         "step": 0,
         "workflowId": cold.workflow_id,
         "continuationWorkflowId": continuation,

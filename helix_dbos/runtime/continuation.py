@@ -13,6 +13,12 @@ the next model steps, exactly as the parked workflow would have, under the same 
 slots (the first workflow's, recorded in the mark), so a commit that already landed is taken
 as recorded. Its results commit names the continuation on the session's row (the next batch's
 wake-ups go to it) and removes the mark. Its contract version is the process's that runs it.
+
+A turn that hibernated waiting on its sub-agent (``HibernationMark.child``) is continued the
+same way, under ``names.continuation_workflow_id(session, run, child)``, once the sub-agent's
+turn ended (``hibernation.child_ended``): it takes the sub-agent's outcome as the call's
+result and runs the rest of the step. A sub-agent's continuation that ends its turn reports the
+end to its parent, and starts the parent's continuation when that makes it due.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from ..observability.log import log_event
 from ..store.store import patience
 from . import names
 from .context import RuntimeContext, current, workflow_task
-from .hibernation import mark_of
+from .hibernation import child_ended, continuation_id, mark_of, waits_on_child
 from .once import recorded
-from .records import HibernationRecord
+from .records import HibernationRecord, TurnOutcome
 from .turn import _Turn, stopped_outcome
 
 __all__ = [
@@ -50,9 +56,11 @@ async def run_continuation(
     root_session_id: str,
     slot_workflow_id: str,
     step: int,
+    child: str | None = None,
 ) -> dict[str, Any]:
     """Continue the turn of ``session_id`` hibernated on ``run_id``'s batch of model step
-    ``step``, whose commits use the checkpoint slots of ``slot_workflow_id``.
+    ``step`` (or waiting on the sub-agent of its call ``child``), whose commits use the
+    checkpoint slots of ``slot_workflow_id``.
 
     Returns the turn's outcome; for a persistent session, whose continuation goes on to
     serve its inbox, the persistent workflow's (the turn's is published under ``run_id``).
@@ -61,7 +69,7 @@ async def run_continuation(
         turn = _ContinuedTurn(session_id, run_id, agent_type, root_session_id, names.TURN_LAYOUT)
         turn.workflow_id = slot_workflow_id
         turn.rebind = DBOS.workflow_id
-        if not await turn.take_up(step):
+        if not await turn.take_up(step, child):
             # Nothing hibernated on this batch (an id nobody should have started).
             return dict(stopped_outcome(run_id))
         if turn.agent.persistent:
@@ -69,7 +77,30 @@ async def run_continuation(
             from .persistent import serve_inbox
 
             return await serve_inbox(turn, run_id)
-        return dict(await turn.run())
+        outcome = await turn.run()
+        if session_id != root_session_id and outcome["outcome"] != "hibernated":
+            await _report_end(session_id, outcome)
+        return dict(outcome)
+
+
+@DBOS.step(name=names.CHILD_ENDED_STEP)
+async def _child_ended_step(session_id: str, outcome: TurnOutcome) -> dict[str, Any] | None:
+    """Report a sub-agent's end to its parent's row; the parent's row if that made it due."""
+    state = await current().store.load(session_id)
+    if state is None or state.parent_session_id is None:
+        return None
+    call = state.session_id[len(state.parent_session_id) + 1 :]  # ``names.child_session_id``
+    with patience(None):
+        parent = await child_ended(state.parent_session_id, call, outcome)
+    return None if parent is None else parent.model_dump(mode="json")
+
+
+async def _report_end(session_id: str, outcome: TurnOutcome) -> None:
+    """The sub-agent ``session_id``'s turn ended in this continuation: tell its parent (a
+    recorded step), and start the parent's continuation if it was waiting on it."""
+    parent = await _child_ended_step(session_id, outcome)
+    if parent is not None:
+        await start_continuation(current(), SessionState.model_validate(parent))
 
 
 class _ContinuedTurn(_Turn):
@@ -77,20 +108,25 @@ class _ContinuedTurn(_Turn):
 
     __slots__ = ()
 
-    async def take_up(self, step: int) -> bool:
-        """Set the turn to settle the batch of ``step`` first, from its hibernation record;
-        ``False`` if no hibernation of that batch was recorded."""
-        record: HibernationRecord | None = await _record(self.workflow_id, self.run_id, step)
+    async def take_up(self, step: int, child: str | None = None) -> bool:
+        """Set the turn to settle the batch of ``step`` first (or to take the end of the
+        sub-agent of ``child`` and run the rest of the step), from its hibernation record;
+        ``False`` if no such hibernation was recorded."""
+        if child is None:
+            slot = names.turn_slot(self.workflow_id, self.run_id, step, "hibernate")
+        else:
+            slot = names.child_wait_slot(self.workflow_id, self.run_id, step, child)
+        record = await _record(slot)
         if record is None or not record.get("hibernated"):
             return False
         self.summary = record["summary"]
-        self.resume = (step, record["plan"], record["results"])
+        self.resume = (step, record["plan"], record["results"], child)
         return True
 
 
-async def _record(workflow_id: str, run_id: str, step: int) -> HibernationRecord | None:
-    """The hibernate commit's record of ``run_id``'s batch, if it committed."""
-    done = await recorded(names.turn_slot(workflow_id, run_id, step, "hibernate"))
+async def _record(slot: str) -> HibernationRecord | None:
+    """The hibernate commit's record under ``slot``, if it committed."""
+    done = await recorded(slot)
     return None if done is None else done["state"]["result"]
 
 
@@ -101,7 +137,10 @@ async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | 
     mark = mark_of(state)
     if mark is None or state.run_id is None or state.agent_type not in ctx.registry:
         return None
-    workflow_id = names.continuation_workflow_id(state.session_id, state.run_id)
+    if waits_on_child(mark):
+        return None  # it goes on once its sub-agent ends (``hibernation.child_ended``)
+    workflow_id = continuation_id(state)
+    assert workflow_id is not None
     try:
         with SetWorkflowID(workflow_id):
             handle = await DBOS.start_workflow_async(
@@ -112,6 +151,7 @@ async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | 
                 state.root_session_id,
                 mark["workflowId"],
                 int(mark["step"]),
+                mark.get("child"),
             )
     except Exception as exc:
         # The mark stays: the deadline keeper (or the reconciler) starts it again.
@@ -142,17 +182,20 @@ async def follow(session_id: str, outcome: Any, poll_seconds: float = 0.25) -> A
     turn that was stopped before any continuation started ends ``stopped``."""
     while isinstance(outcome, dict) and outcome.get("outcome") == "hibernated":
         run_id = str(outcome["runId"])
-        handle = await continuation_of(session_id, run_id, poll_seconds)
+        handle = await continuation_of(session_id, run_id, poll_seconds, outcome.get("continueAs"))
         if handle is None:
             return stopped_outcome(run_id)
         outcome = await handle.get_result(polling_interval_sec=poll_seconds)
     return outcome
 
 
-async def continuation_of(session_id: str, run_id: str, poll_seconds: float = 0.25) -> Any | None:
-    """The continuation workflow of ``run_id``'s hibernated batch once it exists, or ``None``
-    once the session no longer waits on that batch without one (a stop removed the mark)."""
-    workflow_id = names.continuation_workflow_id(session_id, run_id)
+async def continuation_of(
+    session_id: str, run_id: str, poll_seconds: float = 0.25, workflow_id: str | None = None
+) -> Any | None:
+    """The continuation workflow of ``run_id``'s hibernated batch (``workflow_id``, when the
+    turn waited on a sub-agent) once it exists, or ``None`` once the session no longer waits
+    on that batch without one (a stop removed the mark)."""
+    workflow_id = workflow_id or names.continuation_workflow_id(session_id, run_id)
     local = _started_here.get(workflow_id)
     if local is not None:
         return local

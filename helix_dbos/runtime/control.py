@@ -20,8 +20,8 @@ from . import names, notes, records
 from .context import RuntimeContext
 from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
-from .hibernation import mark_of
-from .records import HIBERNATED_KEY, STASH_KEY, EntryStash
+from .hibernation import child_ended, mark_of, waits_on_child
+from .records import HIBERNATED_KEY, STASH_KEY, EntryStash, TurnOutcome
 from .wake import send_to_turn
 
 __all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]
@@ -148,7 +148,28 @@ async def stop_tree(
             waitMs=sum(at - e.registered_at for e in mine),
         )
         approval_metrics.record_turn(outcome)
-    return saved.get(tree[0].session_id, tree[0])
+    top = saved.get(tree[0].session_id, tree[0])
+    if top.parent_session_id is not None and top.session_id in ended:
+        await _report_stopped_child(ctx, top)
+    return top
+
+
+async def _report_stopped_child(ctx: RuntimeContext, child: SessionState) -> None:
+    """A sub-agent stopped alone: its parent reads it as stopped. A parent waiting live reads
+    the cancelled workflow; one that hibernated waiting on it (or is about to) is told here,
+    as a sub-agent's continuation tells it of an end (``hibernation.child_ended``)."""
+    assert child.parent_session_id is not None
+    call = child.session_id[len(child.parent_session_id) + 1 :]  # ``names.child_session_id``
+    outcome: TurnOutcome = {
+        "outcome": "stopped",
+        "text": "",
+        "output": None,
+        "error": None,
+        "runId": child.run_id or "",
+    }
+    parent = await child_ended(child.parent_session_id, call, outcome)
+    if parent is not None:
+        await start_continuation(ctx, parent)
 
 
 async def _enforce_stop(
@@ -224,8 +245,10 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         stashed: EntryStash = {"message": message, "abandonPending": abandon, "runId": run_id}
         s.metadata[STASH_KEY] = stashed
         mark = mark_of(s)
-        if mark is not None and abandon:
-            mark["dueAt"] = 0  # an abandoned batch waits no more: continue it now
+        if mark is not None and abandon and not waits_on_child(mark):
+            # An abandoned batch waits no more: continue it now (a turn waiting on its
+            # sub-agent drains the batch once the sub-agent ends).
+            mark["dueAt"] = 0
         # Wake every call of the batch: the coroutine may be parked on an answered call whose
         # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
         return [p.tool_call_id for p in batch_of(s.pending, run_id)]

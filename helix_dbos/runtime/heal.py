@@ -57,7 +57,7 @@ from .context import RuntimeContext
 from .continuation import start_continuation
 from .control import wake_stopped
 from .entry import ACTIVE_STATUSES
-from .hibernation import mark_of
+from .hibernation import continuation_id, mark_of, waits_on_child
 from .records import STASH_KEY, RepairRecord
 from .submit import wake_answered
 
@@ -222,7 +222,9 @@ async def _heal_hibernated(
     batch = batch_of(state.pending, state.run_id or "")
     if not (can_start and batch and is_batch_ready_at_last_submit(batch)):
         return None
-    continuation = names.continuation_workflow_id(state.session_id, state.run_id or "")
+    if waits_on_child(mark_of(state)):
+        return None  # it goes on when its sub-agent ends, not on its answers
+    continuation = continuation_id(state) or ""
     if await _workflow_statuses(ctx, [continuation]):
         return None  # started already: it removes the mark at its results commit
     if await start_continuation(ctx, state) is None:

@@ -18,6 +18,16 @@ parked workflow takes the same branch. It decides on the locked row, against eve
 answer that landed first is seen (and a batch it completed is drained live, not hibernated);
 an answer that comes after sees the mark and starts the continuation instead of waking a
 workflow that has ended.
+
+A sub-agent's turn hibernates like a root's. Its parent, which was waiting on the sub-agent's
+workflow, then hibernates at once too (``hibernate(..., child=call)``, under its own slot): its
+mark says which call's sub-agent it waits on, and no answer or deadline makes it due. When the
+sub-agent's turn ends (its last continuation, or a stop), ``child_ended`` writes the outcome on
+the parent's row, as a submit writes an answer, and makes the parent due; the parent's
+continuation (``names.continuation_workflow_id(..., child=call)``) takes the outcome as the
+call's result and goes on with the rest of its step. Both commits swap on the parent's row, so
+whichever comes second sees the first: a sub-agent that ended before its parent hibernated is
+taken at once, live.
 """
 
 from __future__ import annotations
@@ -33,25 +43,32 @@ from . import names
 from .context import current
 from .entry import ACTIVE_STATUSES
 from .once import commit_once, recorded, step_connection
+from .plan import SUSPENDING_KINDS
 from .records import (
+    CHILD_ENDS_KEY,
     FENCED_KEY,
     HIBERNATED_KEY,
+    NEVER_DUE,
     STASH_KEY,
     FencedResult,
     HibernationMark,
     HibernationRecord,
     PlanItem,
     ToolResult,
+    TurnOutcome,
     TurnSummary,
 )
 
 __all__ = [
     "batch_settled",
+    "child_ended",
+    "continuation_id",
     "due_at",
     "hibernate",
     "hot_window",
     "mark_of",
     "on_answer",
+    "waits_on_child",
 ]
 
 
@@ -69,6 +86,19 @@ def mark_of(state: SessionState) -> HibernationMark | None:
     """The session's hibernation mark, if its turn is hibernated."""
     mark = state.metadata.get(HIBERNATED_KEY)
     return mark if isinstance(mark, dict) else None  # type: ignore[return-value]
+
+
+def waits_on_child(mark: HibernationMark | None) -> bool:
+    """Whether a hibernated turn waits on its sub-agent (not on answers or deadlines)."""
+    return mark is not None and mark.get("child") is not None and mark["dueAt"] != 0
+
+
+def continuation_id(state: SessionState) -> str | None:
+    """The workflow id of the continuation of ``state``'s hibernated turn, if hibernated."""
+    mark = mark_of(state)
+    if mark is None or state.run_id is None:
+        return None
+    return names.continuation_workflow_id(state.session_id, state.run_id, mark.get("child"))
 
 
 def batch_settled(batch: list[PendingCall], at: int) -> bool:
@@ -89,7 +119,8 @@ def on_answer(owner: SessionState, run_id: str, ready: bool) -> bool:
     mark = mark_of(owner)
     if mark is None:
         return False
-    mark["dueAt"] = 0 if ready else due_at(batch_of(owner.pending, run_id))
+    if not waits_on_child(mark):  # that turn goes on when its sub-agent ends, not before
+        mark["dueAt"] = 0 if ready else due_at(batch_of(owner.pending, run_id))
     return True
 
 
@@ -101,19 +132,29 @@ async def hibernate(
     plan: list[PlanItem],
     results: dict[str, ToolResult],
     summary: TurnSummary,
+    child: str | None = None,
 ) -> HibernationRecord | FencedResult:
     """The hibernate commit of ``run_id``'s batch (exactly once, under its slot of
     ``workflow_id``): hibernate, or ``{"hibernated": False}`` when nothing waits any more
     (every call answered or lapsed, or a new message abandons the batch) and the turn drains
-    the batch live. Fenced like every commit of the turn (a stop or a supersede)."""
-    slot = names.turn_slot(workflow_id, run_id, step, "hibernate")
+    the batch live. Fenced like every commit of the turn (a stop or a supersede).
+
+    ``child``: the turn waits on the sub-agent this call started, which hibernated (under
+    ``names.child_wait_slot``): hibernate until it ends, or, if its end is on the row already,
+    ``{"hibernated": False, "childOutcome": ...}``."""
+    if child is None:
+        slot = names.turn_slot(workflow_id, run_id, step, "hibernate")
+    else:
+        slot = names.child_wait_slot(workflow_id, run_id, step, child)
     record: HibernationRecord = {
         "hibernated": True,
         "step": step,
-        "plan": [_without_input(item) for item in plan],
+        "plan": [_without_input(item, results) for item in plan],
         "results": results,
         "summary": summary,
     }
+    if child is not None:
+        record["child"] = child
 
     async def body() -> HibernationRecord:
         conn = await step_connection()
@@ -122,6 +163,8 @@ async def hibernate(
         def swap(states: dict[str, SessionState]) -> HibernationRecord:
             owner = states[session_id]
             guard(owner, run_id, ACTIVE_STATUSES)
+            if child is not None:
+                return _await_child(owner, child)
             batch = batch_of(owner.pending, run_id)
             stash = owner.metadata.get(STASH_KEY)
             abandon = isinstance(stash, dict) and bool(stash.get("abandonPending"))
@@ -134,6 +177,19 @@ async def hibernate(
                 "dueAt": due_at(batch),
             }
             owner.metadata[HIBERNATED_KEY] = mark
+            return record
+
+        def _await_child(owner: SessionState, call: str) -> HibernationRecord:
+            ended = owner.metadata.get(CHILD_ENDS_KEY, {}).get(call)
+            if ended is not None:
+                raise NoChange({"hibernated": False, "childOutcome": ended})
+            owner.metadata[HIBERNATED_KEY] = {
+                "at": at,
+                "workflowId": workflow_id,
+                "step": step,
+                "dueAt": NEVER_DUE,
+                "child": call,
+            }
             return record
 
         _, decided = await current().store.update([session_id], swap, conn=conn)
@@ -152,8 +208,36 @@ async def hibernate(
     return decided
 
 
-def _without_input(item: PlanItem) -> PlanItem:
-    """A plan item without its call's input: the pending entry holds a suspended call's, and
-    nothing after the park reads another's."""
+def _without_input(item: PlanItem, results: dict[str, ToolResult]) -> PlanItem:
+    """A plan item without its call's input where nothing reads it again: the pending entry
+    holds a suspended call's, and a call with a result ran. (A call after a sub-agent that
+    hibernated has not run yet: it keeps its input.)"""
+    if item["kind"] not in SUSPENDING_KINDS and item["toolCallId"] not in results:
+        return item
     kept: dict[str, Any] = {k: v for k, v in item.items() if k != "input"}
     return kept  # type: ignore[return-value]
+
+
+async def child_ended(
+    parent_session_id: str, tool_call_id: str, outcome: TurnOutcome
+) -> SessionState | None:
+    """Report the end of the sub-agent started by ``tool_call_id`` to its parent's row (the
+    outcome, under ``CHILD_ENDS_KEY``), and make the parent due if it hibernated waiting on
+    it. Written whether or not the parent hibernated yet: its hibernate commit, which swaps
+    on the same row, then sees the end and goes on live. Returns the parent's row if it is
+    due now (the caller starts its continuation), else ``None``."""
+
+    def report(states: dict[str, SessionState]) -> bool:
+        parent = states[parent_session_id]
+        ends = parent.metadata.setdefault(CHILD_ENDS_KEY, {})
+        if tool_call_id in ends:
+            raise NoChange(False)  # reported already (a replay, a stop then a continuation)
+        ends[tool_call_id] = outcome
+        mark = mark_of(parent)
+        if mark is None or mark.get("child") != tool_call_id:
+            return False
+        mark["dueAt"] = 0
+        return True
+
+    saved, due = await current().store.update([parent_session_id], report)
+    return saved[parent_session_id] if due else None

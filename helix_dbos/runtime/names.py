@@ -11,6 +11,7 @@ import re
 __all__ = [
     "COLLECT_ANSWERS_STEP",
     "COMMIT_RESULTS_STEP",
+    "CHILD_ENDED_STEP",
     "CONTINUE_WORKFLOW",
     "CONTRACT_VERSION",
     "LIFECYCLE_APPLY_STEP",
@@ -92,6 +93,9 @@ CONTINUE_WORKFLOW = "helix.turn.continue"
 hibernation checkpoint record. Its id is ``continuation_workflow_id``."""
 START_CHILD_STEP = "helix.turn.start_child"
 """Creates a sub-agent's session and commits its entry message, inside the parent's turn."""
+CHILD_ENDED_STEP = "helix.turn.child_ended"
+"""Reports the end of a sub-agent's turn that hibernated to its parent's row, inside the
+sub-agent's continuation (``hibernation.child_ended``)."""
 
 LIFECYCLE_WORKFLOW = "helix.lifecycle"
 """A retry or a rewind: applies it (one exactly-once step), then runs the turn it starts."""
@@ -115,11 +119,20 @@ def turn_workflow_id(session_id: str, turn_id: str) -> str:
     return f"helix:{session_id}:{turn_id}"
 
 
-def continuation_workflow_id(session_id: str, run_id: str) -> str:
+def continuation_workflow_id(session_id: str, run_id: str, child: str | None = None) -> str:
     """The workflow that continues a turn hibernated on ``run_id``'s batch:
-    ``helix:<session>:<run>:continue``. Derived from the row alone, so every submit, every
-    process and the deadline keeper start the same one (DBOS starts an id once)."""
-    return f"helix:{session_id}:{run_id}:continue"
+    ``helix:<session>:<run>:continue``; or, for a turn hibernated while its sub-agent started
+    by the call ``child`` waits, ``helix:<session>:<run>:continue:<child>``. Derived from the
+    row alone, so every submit, every process and the deadline keeper start the same one
+    (DBOS starts an id once)."""
+    base = f"helix:{session_id}:{run_id}:continue"
+    return base if child is None else f"{base}:{child}"
+
+
+def child_wait_slot(workflow_id: str, run_id: str, step: int, tool_call_id: str) -> str:
+    """The checkpoint id of the hibernate commit of a turn whose sub-agent (started by
+    ``tool_call_id``) hibernated: ``<workflow>:<run>:<step>:await_child:<call>``."""
+    return f"{turn_slot(workflow_id, run_id, step, 'await_child')}:{tool_call_id}"
 
 
 def turn_slot(workflow_id: str, run_id: str, step: int, kind: str) -> str:

@@ -328,10 +328,11 @@ class TurnResult:
             if outcome.get("outcome") != "hibernated" or not self.session_id:
                 return outcome
             run_id = str(outcome["runId"])
-            continuation = await continuation_of(self.session_id, run_id)
+            continue_as = outcome.get("continueAs")
+            continuation = await continuation_of(self.session_id, run_id, workflow_id=continue_as)
             if continuation is None:
                 return dict(stopped_outcome(run_id))
-            workflow_id = names.continuation_workflow_id(self.session_id, run_id)
+            workflow_id = continue_as or names.continuation_workflow_id(self.session_id, run_id)
 
 
 async def _published(workflow_id: str, run_id: str, poll_seconds: float) -> dict[str, Any]:

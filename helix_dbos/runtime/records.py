@@ -18,10 +18,12 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 __all__ = [
     "CHECKPOINT_KINDS",
+    "CHILD_ENDS_KEY",
     "FENCED_KEY",
     "HIBERNATED_KEY",
     "HIBERNATE_ACTIONS",
     "MESSAGE_KINDS",
+    "NEVER_DUE",
     "PERSISTENT_KEY",
     "PLAN_KINDS",
     "RUN_ID_PREFIX",
@@ -88,7 +90,9 @@ def child_run_id(tool_call_id: str) -> str:
 
 # -- checkpoints ------------------------------------------------------------------------------
 
-CheckpointKind = Literal["model", "results", "finish", "start_child", "lifecycle", "hibernate"]
+CheckpointKind = Literal[
+    "model", "results", "finish", "start_child", "lifecycle", "hibernate", "await_child"
+]
 """The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "model",
@@ -97,6 +101,7 @@ CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "start_child",
     "lifecycle",
     "hibernate",
+    "await_child",
 )
 
 
@@ -260,6 +265,9 @@ class TurnOutcome(TypedDict):
     output: Any
     error: TurnError | None
     runId: str
+    continueAs: NotRequired[str]
+    """``hibernated``: the workflow that continues the turn, when it is not the batch's
+    (``names.continuation_workflow_id(session, runId, child)``: its sub-agent hibernated)."""
 
 
 class FinishResult(TypedDict):
@@ -420,7 +428,21 @@ class HibernationMark(TypedDict):
     dueAt: int
     """When the continuation must start with no request (epoch ms): the latest deadline of the
     batch's unanswered calls, ``0`` once a submit completed the batch (or a new message
-    abandoned it), or a deadline keeper's lease while it starts the continuation."""
+    abandoned it), or a deadline keeper's lease while it starts the continuation. A turn
+    waiting on its sub-agent (``child``) is due only once the sub-agent's turn ends
+    (``NEVER_DUE`` until then)."""
+    child: NotRequired[str]
+    """Set when the turn hibernated because its sub-agent, started by this call, hibernated:
+    the turn goes on once that sub-agent's turn ends (``CHILD_ENDS_KEY``), not on answers."""
+
+
+NEVER_DUE: Final = 2**62
+"""The ``dueAt`` of a turn waiting on its sub-agent: no deadline makes it due."""
+
+CHILD_ENDS_KEY: Final = "childEnds"
+"""The session-metadata key where a sub-agent that hibernated reports its turn's end to its
+parent: ``{toolCallId: TurnOutcome}``, written by the sub-agent's last continuation (or the
+stop that ended it) and read by the parent's; the parent's results commit removes it."""
 
 
 class HibernationRecord(TypedDict):
@@ -431,6 +453,10 @@ class HibernationRecord(TypedDict):
     """
 
     hibernated: bool
+    childOutcome: NotRequired[TurnOutcome]
+    """``hibernated: False`` on a sub-agent's wait: the sub-agent's turn had ended already."""
+    child: NotRequired[str]
+    """The call whose sub-agent the turn waits on (``HibernationMark.child``)."""
     step: NotRequired[int]
     plan: NotRequired[list[PlanItem]]
     """The step's plan, without the calls' inputs (each pending entry holds its own)."""

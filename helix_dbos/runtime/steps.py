@@ -42,6 +42,7 @@ from .handover import EntryInputs, Resumption
 from .once import FENCED, after_commit, commit_once, exactly_once, step_connection
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import (
+    CHILD_ENDS_KEY,
     HIBERNATED_KEY,
     PERSISTENT_KEY,
     STASH_KEY,
@@ -517,6 +518,28 @@ def tool_result_message(result: ToolResult) -> Message:
     )
 
 
+def _rebind(owner: SessionState, workflow_id: str, at: int) -> None:
+    """The continuation ``workflow_id`` runs the turn from now on: the row names it, and the
+    hibernation mark goes."""
+    owner.workflow_id = workflow_id
+    owner.metadata.pop(HIBERNATED_KEY, None)
+    if PERSISTENT_KEY in owner.metadata:
+        # A persistent session's continuation takes its next messages too.
+        owner.metadata[PERSISTENT_KEY] = {"workflowId": workflow_id, "since": at}
+
+
+def _forget_child_ends(owner: SessionState, plan: list[PlanItem]) -> None:
+    """Drop the ends the step's sub-agents reported (``hibernation.child_ended``): their
+    results are committed now."""
+    ends = owner.metadata.get(CHILD_ENDS_KEY)
+    if not ends:
+        return
+    for item in plan:
+        ends.pop(item["toolCallId"], None)
+    if not ends:
+        del owner.metadata[CHILD_ENDS_KEY]
+
+
 @exactly_once(
     names.COMMIT_RESULTS_STEP,
     "results",
@@ -572,6 +595,7 @@ async def commit_results(
         await_visible(owner, woken or {}, at)
         stash: EntryStash | None = owner.metadata.pop(STASH_KEY, None)
         abandon = bool(stash and stash.get("abandonPending"))
+        _forget_child_ends(owner, plan)
         resolved = dict(given)
         for item in suspending:
             tcid = item["toolCallId"]
@@ -593,11 +617,7 @@ async def commit_results(
         owner.status = "running"
         owner.run_id = next_run
         if workflow_id is not None:
-            owner.workflow_id = workflow_id
-            owner.metadata.pop(HIBERNATED_KEY, None)
-            if PERSISTENT_KEY in owner.metadata:
-                # A persistent session's continuation takes its next messages too.
-                owner.metadata[PERSISTENT_KEY] = {"workflowId": workflow_id, "since": at}
+            _rebind(owner, workflow_id, at)
         return [resolved[item["toolCallId"]] for item in plan], stash
 
     saved: SessionState | None = None
@@ -612,8 +632,14 @@ async def commit_results(
     else:
 
         def fence(states: dict[str, SessionState]) -> None:
-            guard(states[session_id], run_id, ACTIVE_STATUSES)
-            raise NoChange(None)
+            owner = states[session_id]
+            guard(owner, run_id, ACTIVE_STATUSES)
+            if workflow_id is None and CHILD_ENDS_KEY not in owner.metadata:
+                raise NoChange(None)
+            # A turn continued after it waited on its sub-agent: the row names its workflow.
+            _forget_child_ends(owner, plan)
+            if workflow_id is not None:
+                _rebind(owner, workflow_id, at)
 
         await ctx.store.update([session_id], fence, conn=conn)
         results, stash = [given[item["toolCallId"]] for item in plan], None

@@ -54,7 +54,9 @@ from .handover import EntryInputs, FirstStep, ParkedBatch, detached
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
+    CHILD_ENDS_KEY,
     FencedResult,
+    HibernationRecord,
     ModelStepResult,
     PlanItem,
     ServerToolResult,
@@ -96,16 +98,10 @@ def start_first_step(
     agent_type: str,
     root_session_id: str,
     entry: EntryInputs,
-) -> FirstStep | EntryInputs:
+) -> FirstStep:
     """Start the first model step of a turn from its committed ``entry``, before its
     workflow runs (``handover``): the step ``_Turn`` would run first, under its
-    checkpoint slot, waiting out database faults as the turn does.
-
-    Only a turn recording layout 2 or later can take it: in layout 1 the step is a DBOS
-    step, which runs only inside its workflow. There ``entry`` is handed over as it is.
-    """
-    if names.TURN_LAYOUT < 2:
-        return entry
+    checkpoint slot, waiting out database faults as the turn does."""
 
     async def first_step() -> ModelStepResult | FencedResult:
         with patience(None):
@@ -174,9 +170,10 @@ class _Turn:
         started as the entry committed (``handover``) or by the last batch's job
         (``batch_job``), or the entry's inputs."""
         self.summary = _new_summary()
-        self.resume: tuple[int, list[PlanItem], dict[str, ToolResult]] | None = None
+        self.resume: tuple[int, list[PlanItem], dict[str, ToolResult], str | None] | None = None
         """Set on a turn taken up after it hibernated: the step whose batch it settles
-        first, that step's plan and the results known before its park."""
+        first, that step's plan, the results known before its park, and the call whose
+        sub-agent it waited on (then it runs the rest of the step's tools first)."""
         self.rebind: str | None = None
         """The workflow that continues this turn after it hibernated: its next results
         commit names it on the session's row (``continuation.py``)."""
@@ -199,9 +196,12 @@ class _Turn:
         try:
             try:
                 if resume is not None:
-                    first, plan, results = resume
+                    first, plan, results, child = resume
                     del resume
-                    outcome = await self._settle(first, plan, results, {})
+                    if child is None:
+                        outcome = await self._settle(first, plan, results, {})
+                    else:
+                        outcome = await self._step(first, (plan, results, child))
                     del plan, results
                     if outcome is not None:
                         return outcome
@@ -274,23 +274,40 @@ class _Turn:
             return cast("ModelStepResult | FencedResult", await entry)
         return await steps.model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
 
-    async def _step(self, step: int) -> TurnOutcome | None:
-        committed = _check_fence(await self._model(step))
-        plan, deadlines = committed["plan"], committed["deadlines"]
-        # Read from the recorded JSON, not a model object: nothing of the response stays
-        # alive while the turn is parked (a parked turn's memory is its coroutine's locals).
-        response = committed["response"]
-        usage = response.get("usage") or {}
-        self.summary["steps"] += 1
-        self.summary["inputTokens"] += int(usage.get("input_tokens", 0))
-        self.summary["outputTokens"] += int(usage.get("output_tokens", 0))
-        if not response.get("tool_calls"):
-            # The final answer's commit also recorded the turn's end (one transaction).
-            return _outcome("completed", str(response.get("text", "")), None, None, self.run_id)
-        del committed, response, usage
+    async def _step(
+        self,
+        step: int,
+        taken: tuple[list[PlanItem], dict[str, ToolResult], str] | None = None,
+    ) -> TurnOutcome | None:
+        """Run model step ``step``, its tools and its batch. ``taken``: the step's plan, its
+        results so far and the call whose sub-agent ended, for a turn taken up after it
+        hibernated waiting on that sub-agent: the rest of the step's tools run now."""
+        if taken is None:
+            committed = _check_fence(await self._model(step))
+            plan, deadlines = committed["plan"], committed["deadlines"]
+            # Read from the recorded JSON, not a model object: nothing of the response stays
+            # alive while the turn is parked (a parked turn's memory is its coroutine's locals).
+            response = committed["response"]
+            usage = response.get("usage") or {}
+            self.summary["steps"] += 1
+            self.summary["inputTokens"] += int(usage.get("input_tokens", 0))
+            self.summary["outputTokens"] += int(usage.get("output_tokens", 0))
+            if not response.get("tool_calls"):
+                # The final answer's commit also recorded the turn's end (one transaction).
+                text = str(response.get("text", ""))
+                return _outcome("completed", text, None, None, self.run_id)
+            del committed, response, usage
+            results: dict[str, ToolResult] = {}
+        else:
+            plan, results, child = taken
+            del taken
+            deadlines = await self._deadlines()
+            item = next(i for i in plan if i["toolCallId"] == child)
+            results[child] = _completed(_ids(item), _child_result(await self._child_end(child)))
 
-        results: dict[str, ToolResult] = {}
         for item in plan:
+            if item["toolCallId"] in results:
+                continue  # ran before the turn hibernated waiting on a sub-agent
             if item["kind"] == "invalid":
                 results[item["toolCallId"]] = {
                     "toolCallId": item["toolCallId"],
@@ -305,7 +322,14 @@ class _Turn:
                     await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
                 )
             elif item["kind"] == "subagent":
-                results[item["toolCallId"]] = _completed(_ids(item), await self._run_child(item))
+                ran = await self._run_child(item)
+                if ran is None:
+                    # The sub-agent hibernated: so does this turn, until the sub-agent ends.
+                    decided = await self._hibernate(step, plan, results, item["toolCallId"])
+                    if decided["hibernated"]:
+                        return self._hibernated(item["toolCallId"])
+                    ran = _child_result(decided["childOutcome"])
+                results[item["toolCallId"]] = _completed(_ids(item), ran)
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
         woken: WokenAnswers = {}
         if suspending:
@@ -323,28 +347,66 @@ class _Turn:
             )
             if waiting:
                 # The hot window (or a deadline) ended the wait with calls unanswered.
-                decided = _check_fence(
-                    await hibernation.hibernate(
-                        self.session_id,
-                        self.run_id,
-                        self.workflow_id,
-                        step,
-                        plan,
-                        results,
-                        self.summary,
-                    )
-                )
+                decided = await self._hibernate(step, plan, results, None)
                 if decided["hibernated"]:
-                    return _outcome("hibernated", "", None, None, self.run_id)
+                    return self._hibernated(None)
         return await self._settle(step, plan, results, woken)
 
     def _hot_window(self) -> float | None:
-        """This turn's hot window, if its park may hibernate: a root session's turn recorded
-        in layout 3 (a sub-agent's parent waits on its child's workflow result, so a child
-        never hibernates)."""
-        if self.layout < 3 or self.session_id != self.root_session_id:
+        """This turn's hot window, if its park may hibernate: a turn recorded in layout 3."""
+        if self.layout < 3:
             return None
         return hibernation.hot_window(self.agent)
+
+    async def _hibernate(
+        self,
+        step: int,
+        plan: list[PlanItem],
+        results: dict[str, ToolResult],
+        child: str | None,
+    ) -> HibernationRecord:
+        """The hibernate commit of ``step``'s batch (or of its wait on the sub-agent of
+        ``child``): hibernated, or what the turn goes on with live."""
+        return _check_fence(
+            await hibernation.hibernate(
+                self.session_id,
+                self.run_id,
+                self.workflow_id,
+                step,
+                plan,
+                results,
+                self.summary,
+                child=child,
+            )
+        )
+
+    def _hibernated(self, child: str | None) -> TurnOutcome:
+        """The outcome of a turn that hibernated (waiting on the sub-agent of ``child``)."""
+        outcome = _outcome("hibernated", "", None, None, self.run_id)
+        if child is not None:
+            outcome["continueAs"] = names.continuation_workflow_id(
+                self.session_id, self.run_id, child
+            )
+        return outcome
+
+    async def _deadlines(self) -> dict[str, int]:
+        """The deadlines of the run's pending calls, as the row holds them."""
+        state = await current().store.load(self.session_id)
+        pending = state.pending.values() if state is not None else ()
+        return {p.tool_call_id: p.deadline_at for p in pending if p.run_id == self.run_id}
+
+    async def _child_end(self, call: str) -> TurnOutcome:
+        """The outcome the sub-agent started by ``call`` reported to this session's row
+        (``hibernation.child_ended``). A replay after the results commit finds none: that
+        commit's recorded result is taken then, whatever this says."""
+        state = await current().store.load(self.session_id)
+        ends = state.metadata.get(CHILD_ENDS_KEY, {}) if state is not None else {}
+        ended = ends.get(call)
+        if ended is None:
+            error = self._error(None, "framework_turn_lost")
+            error["message"] = "The sub-agent's end was not recorded"
+            return _outcome("failed", "", None, error, self.run_id)
+        return cast(TurnOutcome, ended)
 
     async def _settle(
         self,
@@ -466,8 +528,9 @@ class _Turn:
             result = _completed(result, ran)
         return result
 
-    async def _run_child(self, item: PlanItem) -> ServerToolResult:
-        """Run a sub-agent as a child workflow with its own session; its reply is the result."""
+    async def _run_child(self, item: PlanItem) -> ServerToolResult | None:
+        """Run a sub-agent as a child workflow with its own session; its reply is the result
+        (``None``: the sub-agent's turn hibernated, and goes on in its continuation)."""
         child_agent = item["subagent"]
         child_session = names.child_session_id(self.session_id, item["toolCallId"])
         child_turn = child_run_id(item["toolCallId"])
@@ -501,17 +564,9 @@ class _Turn:
                 "error": "The sub-agent was stopped before it finished.",
                 "errorCode": "aborted",
             }
-        if outcome.get("outcome") == "completed":
-            return {
-                "ok": True,
-                "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
-            }
-        error: TurnError | dict[str, Any] = outcome.get("error") or {}
-        return {
-            "ok": False,
-            "error": f"The sub-agent failed: {error.get('message', '')}",
-            "errorCode": error.get("code", "tool_execution_failed"),
-        }
+        if outcome.get("outcome") == "hibernated":
+            return None
+        return _child_result(outcome)
 
     async def _finish(
         self, outcome: Ending, text: str, error: TurnError | None, output: Any = None
@@ -528,6 +583,27 @@ class _Turn:
             **self.summary,
         )
         return _outcome(outcome, text, output, error, self.run_id)
+
+
+def _child_result(outcome: TurnOutcome) -> ServerToolResult:
+    """A sub-agent call's result from the sub-agent's turn outcome."""
+    if outcome.get("outcome") == "completed":
+        return {
+            "ok": True,
+            "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
+        }
+    if outcome.get("outcome") == "stopped":
+        return {
+            "ok": False,
+            "error": "The sub-agent was stopped before it finished.",
+            "errorCode": "aborted",
+        }
+    error: TurnError | dict[str, Any] = outcome.get("error") or {}
+    return {
+        "ok": False,
+        "error": f"The sub-agent failed: {error.get('message', '')}",
+        "errorCode": error.get("code", "tool_execution_failed"),
+    }
 
 
 def _check_fence(committed: R | FencedResult) -> R:

@@ -53,7 +53,7 @@ class _Jobs:
         await self.release.wait()
         if self.fail is not None and who == "submit":
             raise self.fail
-        return Continued({"results": []}, None)  # type: ignore[typeddict-item]
+        return Continued({"results": [], "stashedMessage": False}, None)
 
 
 async def test_the_turn_joins_the_job_a_submit_started_for_its_batch() -> None:
@@ -117,7 +117,7 @@ async def test_a_job_nobody_joins_finishes_before_shutdown_and_its_next_step_sto
     async def slow(batch: ParkedBatch) -> Continued:
         await release.wait()  # the commit, in its transaction
         finished.append("commit")
-        return Continued({"results": []}, next_step)  # type: ignore[typeddict-item]
+        return Continued({"results": [], "stashedMessage": False}, next_step)
 
     jobs.publish(_batch())
     jobs.start("wf", slow)

@@ -32,7 +32,6 @@ from tests.runtime.hibernation_worker import (
     completed,
     continuations,
     counters,
-    delegate_script,
     edit_tool,
     hibernated,
     mixed_script,
@@ -207,30 +206,22 @@ async def test_results_known_before_the_park_are_committed_by_the_continuation(
     assert len([m for m in history if m.role == "tool"]) == 3 and llm.calls == 2
 
 
-async def test_sub_agents_and_contract_2_turns_stay_hot(
+async def test_contract_2_turns_stay_hot(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Hot window 0 for every agent: yet a sub-agent's turn (its parent waits on its
-    workflow) and a turn recorded in layout 2 (as a contract-2 process recorded it, which
-    replays its waits as recorded) wait live, and end in their own workflow."""
-    cold = agent("cold")
-    parent = define_agent("parent", llm=ScriptedLLM(delegate_script), subagents=[cold])
-    runtime = await make_runtime([parent, cold], hibernate_after_seconds=0)
-    delegating = await runtime.start("parent", "go")
+    """Hot window 0: yet a turn recorded in layout 2 (as a contract-2 process recorded it,
+    which replays its waits as recorded) waits live, and ends in its own workflow. (A
+    sub-agent's turn hibernates: ``test_hibernation_subagents.py``.)"""
+    runtime = await make_runtime([agent("cold")], hibernate_after_seconds=0)
     monkeypatch.setattr(names, "TURN_LAYOUT", 2)
     contract_2 = await runtime.start("cold", "1 edit")
     monkeypatch.undo()
-    for handle in (delegating, contract_2):
-        [pending] = await runtime.wait_for_pending(handle.session_id)
-        answer = await runtime.submit_tool_result(
-            handle.session_id, pending["toolCallId"], result={"applied": 1}
-        )
-        assert answer.status == "accepted"
-        assert (await runtime.wait(handle.session_id))["status"] == "completed"
-    tree = await runtime.store.tree(delegating.session_id)
-    assert len(tree) == 2
-    for state in tree:
-        assert (await workflow_result(state.workflow_id))["outcome"] == "completed"
+    [pending] = await runtime.wait_for_pending(contract_2.session_id)
+    answer = await runtime.submit_tool_result(
+        contract_2.session_id, pending["toolCallId"], result={"applied": 1}
+    )
+    assert answer.status == "accepted"
+    assert (await runtime.wait(contract_2.session_id))["status"] == "completed"
     assert (await workflow_result(contract_2.workflow_id))["outcome"] == "completed"
     assert await DBOS.list_workflows_async(name=names.CONTINUE_WORKFLOW) == []
 

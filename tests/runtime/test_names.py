@@ -14,6 +14,7 @@ def test_durable_names_are_pinned() -> None:
     assert names.FINISH_STEP == "helix.turn.finish"
     assert names.COLLECT_ANSWERS_STEP == "helix.turn.collect_answers"
     assert names.START_CHILD_STEP == "helix.turn.start_child"
+    assert names.CHILD_ENDED_STEP == "helix.turn.child_ended"
     assert names.LIFECYCLE_WORKFLOW == "helix.lifecycle"
     assert names.LIFECYCLE_APPLY_STEP == "helix.lifecycle.apply"
     assert names.PERSISTENT_WORKFLOW == "helix.persistent"
@@ -30,6 +31,8 @@ def test_durable_names_are_pinned() -> None:
     assert names.turn_slot("w", "r", 3, "model") == "w:r:3:model"
     assert names.CONTINUE_WORKFLOW == "helix.turn.continue"
     assert names.continuation_workflow_id("s", "r") == "helix:s:r:continue"
+    assert names.continuation_workflow_id("s", "r", "c") == "helix:s:r:continue:c"
+    assert names.child_wait_slot("w", "r", 2, "c") == "w:r:2:await_child:c"
 
 
 def test_continuation_run_ids() -> None:

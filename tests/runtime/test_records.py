@@ -83,6 +83,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "output": "required",
         "error": "required",
         "runId": "required",
+        "continueAs": "optional",
     },
     records.FinishResult: {"outcome": "required", "summary": "required"},
     records.ChildStarted: {"sessionId": "required"},
@@ -108,9 +109,12 @@ PINNED: dict[Any, dict[str, str]] = {
         "workflowId": "required",
         "step": "required",
         "dueAt": "required",
+        "child": "optional",
     },
     records.HibernationRecord: {
         "hibernated": "required",
+        "childOutcome": "optional",
+        "child": "optional",
         "step": "optional",
         "plan": "optional",
         "results": "optional",
@@ -146,6 +150,7 @@ def test_kinds_and_keys_are_pinned() -> None:
         "start_child",
         "lifecycle",
         "hibernate",
+        "await_child",
     )
     assert get_args(records.CheckpointKind) == records.CHECKPOINT_KINDS
     assert records.PLAN_KINDS == ("server", "client", "approval", "subagent", "invalid")
