@@ -98,10 +98,16 @@ def start_first_step(
     agent_type: str,
     root_session_id: str,
     entry: EntryInputs,
-) -> FirstStep:
+) -> FirstStep | EntryInputs:
     """Start the first model step of a turn from its committed ``entry``, before its
     workflow runs (``handover``): the step ``_Turn`` would run first, under its
-    checkpoint slot, waiting out database faults as the turn does."""
+    checkpoint slot, waiting out database faults as the turn does.
+
+    A process recording layout 1 (contract-1, as tests simulate it) ran the step as a DBOS
+    step inside its workflow: there ``entry`` is handed over as it is.
+    """
+    if names.TURN_LAYOUT < 2:
+        return entry
 
     async def first_step() -> ModelStepResult | FencedResult:
         with patience(None):
@@ -456,7 +462,7 @@ class _Turn:
             step=step,
             plan=plan,
             results=results,
-            summary=cast(TurnSummary, dict(self.summary)),
+            summary=self.summary,  # the job copies it before it adds to it
             rebind=self.rebind,
         )
 

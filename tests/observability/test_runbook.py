@@ -250,9 +250,10 @@ async def test_hibernated_turn_statements(launch: Any, pg_url: str) -> None:
     book = Runbook(pg_url)
     rows = book.run("hibernated-sessions")
     assert [r[0] for r in rows] == sorted(marks, key=lambda sid: (marks[sid]["at"], sid))
-    for sid, agent, run_id, since, due, continuation in rows:
+    for sid, agent, run_id, since, due, child, continuation in rows:
         state = await runtime.session(sid)
         assert (agent, run_id) == (state.agent_type, state.run_id)
+        assert child is None  # none waits on a sub-agent
         assert since == _at(marks[sid]["at"])
         assert continuation == names.continuation_workflow_id(sid, state.run_id or "")
         if sid == answered.session_id:

@@ -358,14 +358,16 @@ async def exit_at_hibernate(url: str) -> None:
 
     real = hibernation.hibernate
 
-    async def commit_then_die(session_id: str, run_id: str, workflow_id: str, *rest: Any) -> Any:
-        decided = await real(session_id, run_id, workflow_id, *rest)
+    async def commit_then_die(
+        session_id: str, run_id: str, workflow_id: str, *rest: Any, **kwargs: Any
+    ) -> Any:
+        decided = await real(session_id, run_id, workflow_id, *rest, **kwargs)
         line = {"session": session_id, "agent": "cold", "workflow": workflow_id}
         print(json.dumps(line), flush=True)
         os._exit(EXIT_AT_HIBERNATE)
         return decided
 
-    hibernation.hibernate = commit_then_die  # type: ignore[assignment]
+    hibernation.hibernate = commit_then_die
     runtime = AgentRuntime(agents(), settings(url, keeper=0))
     await runtime.launch()
     await runtime.start("cold", "2 edits")
