@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from dbos import DBOS
 
@@ -18,6 +19,7 @@ from helix_dbos.core import define_agent
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, hibernation, names
 from helix_dbos.runtime.records import NEVER_DUE
+from tests.runbook_sql import runbook_sql
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import (
     agent,
@@ -172,3 +174,28 @@ async def _reported(runtime: AgentRuntime, parent_session_id: str, call: str) ->
     """Whether the sub-agent of ``call`` reported its end on its parent's row."""
     state = await runtime.store.load(parent_session_id)
     return state is not None and call in state.metadata.get("childEnds", {})
+
+
+async def test_the_runbook_lists_a_parent_waiting_on_its_sub_agent(
+    make_runtime: MakeRuntime, db_url: str
+) -> None:
+    """docs/runbook.md's ``hibernated-sessions`` statement, verbatim, on a hibernated tree: the
+    parent's row names the call it waits on and its continuation, and shows no due time (its
+    ``dueAt`` is ``NEVER_DUE``, past what a timestamp holds)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("the runbook's statement is Postgres SQL")
+    runtime = await _delegating(make_runtime)
+    handle, child, _ = await _hibernated_tree(runtime)
+    _, sql = runbook_sql()["hibernated-sessions"]
+    with psycopg.connect(db_url) as conn:
+        rows = {r[0]: r for r in conn.execute(sql).fetchall()}
+    assert set(rows) == {handle.session_id, child}
+    waits_on = child[len(handle.session_id) + 1 :]
+    parent = rows[handle.session_id]
+    assert parent[4:] == (
+        None,
+        waits_on,
+        names.continuation_workflow_id(handle.session_id, handle.run_id, waits_on),
+    )
+    assert rows[child][5] is None  # the sub-agent waits on its own call's answer
+    await runtime.interrupt(handle.session_id)
