@@ -24,11 +24,18 @@ class GatedLLM(ScriptedLLM):
         self.hold = False
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
+        self.stopped = 0
+        """Held calls cancelled instead of released: a stopped turn let go of a model step
+        started for it (``handover.drop``)."""
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         if self.hold:
             self.entered.set()
-            await self.release.wait()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.stopped += 1
+                raise
         return await super().complete(request, on_text)
 
 
@@ -37,14 +44,15 @@ async def events_of(rt: AgentRuntime, session_id: str) -> list[str]:
 
 
 async def step_done(llm: ScriptedLLM, calls: int) -> None:
-    """Wait until the held model call has answered, then give its step's commit (which must be
-    fenced) every chance to land. The stopped workflow is cancelled, so there is no result to
-    wait for."""
+    """Wait until the held model call has answered (or was stopped with the turn that would
+    have taken it: a step started by a submit's batch job), then give its step's commit
+    (which must be fenced) every chance to land. The stopped workflow is cancelled, so there
+    is no result to wait for."""
     for _ in range(600):
-        if llm.calls >= calls:
+        if llm.calls + getattr(llm, "stopped", 0) >= calls:
             break
         await asyncio.sleep(0.05)
-    assert llm.calls >= calls
+    assert llm.calls + getattr(llm, "stopped", 0) >= calls
     await asyncio.sleep(1.0)
 
 
