@@ -32,7 +32,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names
 from helix_dbos.runtime.keeper import keep_once
-from tests.runtime.hibernation_worker import hibernated
+from tests.runtime.hibernation_worker import hibernated, workflow_result
 
 #: Seconds a ``quick`` call waits: its turn must hibernate before then (a slow machine too).
 QUICK_TIMEOUT = 3.0
@@ -134,6 +134,8 @@ async def test_inspect_and_sessions_show_hibernated_turns(
     await runtime.wait_for_pending(hot.session_id)
     mark = await hibernated(runtime, cold.session_id)
     await hibernated(runtime, quick.session_id)
+    # The workflow returns just after its hibernate commit: wait for its end, as recorded.
+    assert (await workflow_result(cold.workflow_id))["outcome"] == "hibernated"
     (call_,) = (await runtime.session(cold.session_id)).pending.values()
     continuation = names.continuation_workflow_id(cold.session_id, cold.run_id)
 

@@ -32,9 +32,10 @@ from .conftest import MakeRuntime
 #: A client call's input: a file's worth of text (a parked turn need not keep it).
 INPUT_CHARS = 16_384
 PARKED = 40
-#: Bytes per parked turn our code may hold (measured about 3.3 KiB: mostly the coroutine
-#: frames of the turn, its plan item and ids; before, 7.7 KiB plus the call's input).
-BUDGET = 4 * 1024
+#: Bytes per parked turn our code may hold (measured 3.9-4.3 KiB: mostly the coroutine
+#: frames of the turn, its plan item and ids, and the batch it publishes for its submit's
+#: job, ``handover.ParkedBatch``; before, 7.7 KiB plus the call's input, which this catches).
+BUDGET = 4.5 * 1024
 
 _OURS = (str(Path(helix_dbos.__file__).parent), __file__, "contextlib.py", "opentelemetry")
 
