@@ -89,9 +89,8 @@ async def _child_ended_step(session_id: str, outcome: TurnOutcome) -> dict[str, 
     state = await current().store.load(session_id)
     if state is None or state.parent_session_id is None:
         return None
-    call = state.session_id[len(state.parent_session_id) + 1 :]  # ``names.child_session_id``
     with patience(None):
-        parent = await child_ended(state.parent_session_id, call, outcome)
+        parent = await child_ended(state, outcome)
     return None if parent is None else parent.model_dump(mode="json")
 
 
@@ -112,11 +111,7 @@ class _ContinuedTurn(_Turn):
         """Set the turn to settle the batch of ``step`` first (or to take the end of the
         sub-agent of ``child`` and run the rest of the step), from its hibernation record;
         ``False`` if no such hibernation was recorded."""
-        if child is None:
-            slot = names.turn_slot(self.workflow_id, self.run_id, step, "hibernate")
-        else:
-            slot = names.child_wait_slot(self.workflow_id, self.run_id, step, child)
-        record = await _record(slot)
+        record = await _record(names.hibernate_slot(self.workflow_id, self.run_id, step, child))
         if record is None or not record.get("hibernated"):
             return False
         self.summary = record["summary"]

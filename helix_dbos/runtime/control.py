@@ -21,7 +21,8 @@ from .context import RuntimeContext
 from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
 from .hibernation import child_ended, mark_of, waits_on_child
-from .records import HIBERNATED_KEY, STASH_KEY, EntryStash, TurnOutcome
+from .records import HIBERNATED_KEY, STASH_KEY, EntryStash
+from .turn import stopped_outcome
 from .wake import send_to_turn
 
 __all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]
@@ -158,16 +159,7 @@ async def _report_stopped_child(ctx: RuntimeContext, child: SessionState) -> Non
     """A sub-agent stopped alone: its parent reads it as stopped. A parent waiting live reads
     the cancelled workflow; one that hibernated waiting on it (or is about to) is told here,
     as a sub-agent's continuation tells it of an end (``hibernation.child_ended``)."""
-    assert child.parent_session_id is not None
-    call = child.session_id[len(child.parent_session_id) + 1 :]  # ``names.child_session_id``
-    outcome: TurnOutcome = {
-        "outcome": "stopped",
-        "text": "",
-        "output": None,
-        "error": None,
-        "runId": child.run_id or "",
-    }
-    parent = await child_ended(child.parent_session_id, call, outcome)
+    parent = await child_ended(child, stopped_outcome(child.run_id or ""))
     if parent is not None:
         await start_continuation(ctx, parent)
 

@@ -142,10 +142,7 @@ async def hibernate(
     ``child``: the turn waits on the sub-agent this call started, which hibernated (under
     ``names.child_wait_slot``): hibernate until it ends, or, if its end is on the row already,
     ``{"hibernated": False, "childOutcome": ...}``."""
-    if child is None:
-        slot = names.turn_slot(workflow_id, run_id, step, "hibernate")
-    else:
-        slot = names.child_wait_slot(workflow_id, run_id, step, child)
+    slot = names.hibernate_slot(workflow_id, run_id, step, child)
     record: HibernationRecord = {
         "hibernated": True,
         "step": step,
@@ -218,14 +215,15 @@ def _without_input(item: PlanItem, results: dict[str, ToolResult]) -> PlanItem:
     return kept  # type: ignore[return-value]
 
 
-async def child_ended(
-    parent_session_id: str, tool_call_id: str, outcome: TurnOutcome
-) -> SessionState | None:
-    """Report the end of the sub-agent started by ``tool_call_id`` to its parent's row (the
-    outcome, under ``CHILD_ENDS_KEY``), and make the parent due if it hibernated waiting on
-    it. Written whether or not the parent hibernated yet: its hibernate commit, which swaps
+async def child_ended(child: SessionState, outcome: TurnOutcome) -> SessionState | None:
+    """Report the end of the sub-agent ``child`` to its parent's row (the outcome, under
+    ``CHILD_ENDS_KEY``, by the call that started it), and make the parent due if it
+    hibernated waiting on it. Written whether or not the parent hibernated yet: its hibernate commit, which swaps
     on the same row, then sees the end and goes on live. Returns the parent's row if it is
     due now (the caller starts its continuation), else ``None``."""
+    assert child.parent_session_id is not None
+    parent_session_id = child.parent_session_id
+    tool_call_id = names.child_call_id(child.session_id, parent_session_id)
 
     def report(states: dict[str, SessionState]) -> bool:
         parent = states[parent_session_id]

@@ -135,6 +135,20 @@ def child_wait_slot(workflow_id: str, run_id: str, step: int, tool_call_id: str)
     return f"{turn_slot(workflow_id, run_id, step, 'await_child')}:{tool_call_id}"
 
 
+def hibernate_slot(workflow_id: str, run_id: str, step: int, child: str | None) -> str:
+    """The checkpoint id of a hibernate commit: the batch's, or (``child``) the wait on the
+    sub-agent that call started (``child_wait_slot``)."""
+    if child is None:
+        return turn_slot(workflow_id, run_id, step, "hibernate")
+    return child_wait_slot(workflow_id, run_id, step, child)
+
+
+def child_call_id(child_session_id: str, parent_session_id: str) -> str:
+    """The parent's call that started the sub-agent ``child_session_id`` (the inverse of
+    ``child_session_id``)."""
+    return child_session_id[len(parent_session_id) + 1 :]
+
+
 def turn_slot(workflow_id: str, run_id: str, step: int, kind: str) -> str:
     """The checkpoint id of a layout-2 commit: ``<workflow>:<run>:<step>:<kind>`` (unique in
     its workflow: a run commits one model answer and one batch's results per step)."""

@@ -307,9 +307,10 @@ class _Turn:
         else:
             plan, results, child = taken
             del taken
-            deadlines = await self._deadlines()
+            deadlines, ended = await self._taken_up(child)
             item = next(i for i in plan if i["toolCallId"] == child)
-            results[child] = _completed(_ids(item), _child_result(await self._child_end(child)))
+            results[child] = _completed(_ids(item), _child_result(ended))
+            del ended
 
         for item in plan:
             if item["toolCallId"] in results:
@@ -395,24 +396,20 @@ class _Turn:
             )
         return outcome
 
-    async def _deadlines(self) -> dict[str, int]:
-        """The deadlines of the run's pending calls, as the row holds them."""
+    async def _taken_up(self, call: str) -> tuple[dict[str, int], TurnOutcome]:
+        """For a turn taken up after it waited on the sub-agent of ``call``, from one read of
+        its row: the deadlines of the run's pending calls, and the outcome the sub-agent
+        reported (``hibernation.child_ended``). A replay after the results commit finds no
+        outcome: that commit's recorded result is taken then, whatever this says."""
         state = await current().store.load(self.session_id)
         pending = state.pending.values() if state is not None else ()
-        return {p.tool_call_id: p.deadline_at for p in pending if p.run_id == self.run_id}
-
-    async def _child_end(self, call: str) -> TurnOutcome:
-        """The outcome the sub-agent started by ``call`` reported to this session's row
-        (``hibernation.child_ended``). A replay after the results commit finds none: that
-        commit's recorded result is taken then, whatever this says."""
-        state = await current().store.load(self.session_id)
-        ends = state.metadata.get(CHILD_ENDS_KEY, {}) if state is not None else {}
-        ended = ends.get(call)
+        deadlines = {p.tool_call_id: p.deadline_at for p in pending if p.run_id == self.run_id}
+        ended = state.metadata.get(CHILD_ENDS_KEY, {}).get(call) if state is not None else None
         if ended is None:
             error = self._error(None, "framework_turn_lost")
             error["message"] = "The sub-agent's end was not recorded"
-            return _outcome("failed", "", None, error, self.run_id)
-        return cast(TurnOutcome, ended)
+            return deadlines, _outcome("failed", "", None, error, self.run_id)
+        return deadlines, cast(TurnOutcome, ended)
 
     async def _settle(
         self,

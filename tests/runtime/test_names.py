@@ -33,6 +33,9 @@ def test_durable_names_are_pinned() -> None:
     assert names.continuation_workflow_id("s", "r") == "helix:s:r:continue"
     assert names.continuation_workflow_id("s", "r", "c") == "helix:s:r:continue:c"
     assert names.child_wait_slot("w", "r", 2, "c") == "w:r:2:await_child:c"
+    assert names.hibernate_slot("w", "r", 2, None) == "w:r:2:hibernate"
+    assert names.hibernate_slot("w", "r", 2, "c") == "w:r:2:await_child:c"
+    assert names.child_call_id(names.child_session_id("p", "c"), "p") == "c"
 
 
 def test_continuation_run_ids() -> None:
