@@ -529,7 +529,20 @@ class SessionStore:
             yield conn
             return
         async with self.engine.begin() as new_conn:
+            await self._hold_writes(new_conn)
             yield new_conn
+
+    async def _hold_writes(self, conn: AsyncConnection) -> None:
+        """On SQLite, take the database's write lock as the transaction opens.
+
+        The driver sends its ``BEGIN IMMEDIATE`` only before the first write, so the reads
+        before it would run outside the transaction, and another writer could commit between
+        what a body read and what it then writes (a message delivered to a persistent workflow
+        that hibernated meanwhile, say). Held from the start, what a body reads stays true
+        until it commits, as under Postgres's row locks. Postgres: nothing to do.
+        """
+        if self.dialect != "postgresql":
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     @staticmethod
     @contextmanager
@@ -586,6 +599,7 @@ class SessionStore:
                 return await self._lean_once(body)
             async with self.engine.begin() as conn:
                 if self.dialect != "postgresql":
+                    await self._hold_writes(conn)
                     token = _bound.set(conn)
                     try:
                         return await body(conn)

@@ -9,6 +9,8 @@ the reconciler starts a lost start and leaves a healthy idle workflow alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 from typing import Any
 
@@ -23,7 +25,7 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
 from helix_dbos.http import create_router
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime, names, records
+from helix_dbos.runtime import AgentRuntime, names, persistent, records
 from helix_dbos.runtime.entry import open_turn
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.persistent_agents import keeper_agent
@@ -292,6 +294,50 @@ async def test_messages_racing_hibernation_are_never_lost_or_doubled(
     assert {w.status for w in found} <= {"SUCCESS", "PENDING"}, statuses
     assert sum(1 for w in found if w.status == "PENDING") <= 1, statuses
     assert len(found) == deliveries.count("started"), (statuses, deliveries)
+
+
+async def test_a_message_claimed_while_its_workflow_hibernates_is_not_lost(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message reads the session's mark (the live workflow) and claims the session in one
+    transaction, and the workflow's idle hibernation cannot commit in between: here the
+    message's transaction lingers after reading the mark for as long as the workflow's idle
+    TTL takes to lapse. The hibernation waits for the claim, finds the session claimed and
+    reads its inbox again, so the message is answered. (On SQLite the reads of a transaction
+    used to run before its lock was taken: the workflow hibernated in between and the message
+    went to the inbox of a workflow that had ended, never answered.)"""
+    ttl = 0.5
+    runtime = await make_runtime([keeper_agent(idle_ttl=ttl)])
+    first = await runtime.start("keeper", "m0")
+    sid = first.session_id
+    await runtime.wait(sid, timeout=60)
+    hibernated = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "persistent.hibernated":
+                hibernated.set()
+
+    seen = Seen()
+    logging.getLogger("helix_dbos").addHandler(seen)
+    real = persistent.open_turn  # type: ignore[attr-defined]
+
+    async def lingering(*args: Any, **kwargs: Any) -> Any:
+        # Past the mark's read: give the workflow's TTL (and more) to hibernate meanwhile.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(hibernated.wait(), timeout=ttl * 6)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(persistent, "open_turn", lingering)
+    try:
+        second = await runtime.start("keeper", "m1", session_id=sid)
+        monkeypatch.setattr(persistent, "open_turn", real)
+        end = await runtime.wait(sid, timeout=60)
+    finally:
+        logging.getLogger("helix_dbos").removeHandler(seen)
+    assert second.delivery == "delivered"
+    assert end["status"] == "completed", end
+    assert await _texts(runtime, sid) == ["m0", "echo: m0", "m1", "echo: m1"]
 
 
 def _delegating(request: LLMRequest) -> LLMResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
-from helix_dbos.store.store import SessionStore
+from helix_dbos.store.store import NoChange, SessionStore
 from tests.store.store_builders import session
 
 WRITERS = 20
@@ -140,3 +141,41 @@ async def test_a_mutation_runs_again_after_a_lost_race(
     assert len(calls) == 2  # the mutation ran twice
     assert value == 1  # ...and its second run started from the stored state again
     assert (await store.get("s1")).metadata["counter"] == 1
+
+
+async def test_what_a_transaction_read_holds_until_it_commits(store: SessionStore) -> None:
+    """A transaction that read a row to decide (``update`` that changes nothing) writes before
+    any other writer can change that row: a concurrent update waits for its commit (the row
+    lock on Postgres, the write lock on SQLite, held from the transaction's start). On SQLite the driver used to
+    begin the transaction only at its first write, so a writer committed between the read and
+    the write, and the body wrote from a decision on a row that no longer was."""
+    await store.create_session(session("s1"))
+    read_once = asyncio.Event()
+    other_done = asyncio.Event()
+
+    async def other() -> None:
+        await read_once.wait()
+        await store.update(["s1"], increment("s1", 2))
+        other_done.set()
+
+    def look(states: dict[str, SessionState]) -> int:
+        raise NoChange(int(states["s1"].metadata.get("counter", 0)))  # a read that decides
+
+    async def body(conn: Any) -> tuple[int, int]:
+        _, seen = await store.update(["s1"], look, conn=conn)
+        read_once.set()
+        # The other writer gets its chance: it must still be waiting when the body goes on.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(other_done.wait(), timeout=2.0)
+        again = await store.load("s1", conn)
+        assert again is not None
+        _, value = await store.update(["s1"], increment("s1", 1), conn=conn)
+        return seen, int(again.metadata.get("counter", 0))
+
+    task = asyncio.create_task(other())
+    seen, again = await store.transact(body, attempts=1)
+    await asyncio.wait_for(task, timeout=60)
+    assert again == seen == 0  # nothing changed the row between the body's two reads
+    final = await store.get("s1")
+    assert final.metadata["counter"] == 2
+    assert final.metadata["writers"] == [1, 2]  # the other writer went after the commit
