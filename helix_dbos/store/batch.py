@@ -45,6 +45,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import StaleStateError
+from . import row as session_row
 from .pg import fetch, fetch_last
 
 __all__ = [
@@ -81,39 +82,8 @@ PORTABLE_JSON = "portable_json"
 _batch: ContextVar[WriteBatch | None] = ContextVar("helix_store_batch", default=None)
 
 #: The session row's writable columns, in the order of the statements below.
-STATE_COLUMNS = (
-    "agent_type",
-    "root_session_id",
-    "parent_session_id",
-    "status",
-    "run_id",
-    "workflow_id",
-    "pending_client_tool_calls",
-    "client_tool_call_ownership",
-    "completed_client_tool_calls",
-    "metadata",
-    "error",
-    "latest_checkpoint_id",
-    "principal",
-    "tenant",
-)
-_STATE_TYPES = {
-    "agent_type": "text",
-    "root_session_id": "text",
-    "parent_session_id": "text",
-    "status": "text",
-    "run_id": "text",
-    "workflow_id": "text",
-    "pending_client_tool_calls": "jsonb",
-    "client_tool_call_ownership": "jsonb",
-    "completed_client_tool_calls": "jsonb",
-    "metadata": "jsonb",
-    "error": "jsonb",
-    "latest_checkpoint_id": "text",
-    "principal": "text",
-    "tenant": "text",
-}
-_STATE_DEFS = ", ".join(f"{c} {t}" for c, t in _STATE_TYPES.items())
+STATE_COLUMNS = session_row.WRITABLE
+_STATE_DEFS = ", ".join(f"{c} {session_row.SQL_TYPES[c]}" for c in STATE_COLUMNS)
 
 # Each part of the flush: its CTE, fed by one jsonb array parameter of the same name. A JSON
 # null read into a jsonb column is SQL NULL, as the store writes an absent value.

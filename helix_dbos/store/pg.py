@@ -29,7 +29,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..core.session import PendingCall, SessionState, Tombstone
+from . import row as session_row
 
 __all__ = [
     "CHECKPOINT_BY_ID",
@@ -50,15 +50,10 @@ __all__ = [
     "state_from_tuple",
 ]
 
-#: The session row's columns as these statements select them (``state_from_tuple``'s order).
-_STATE_SELECT = (
-    "session_id, agent_type, root_session_id, parent_session_id, status, run_id, workflow_id, "
-    "version, pending_client_tool_calls, client_tool_call_ownership, "
-    "completed_client_tool_calls, metadata, error, latest_checkpoint_id, event_seq, "
-    "principal, tenant"
-)
+#: The session row as these statements select it (``row.COLUMNS``' order).
+_STATE_SELECT = session_row.SELECT_LIST
 #: Index of ``event_seq`` in a selected row.
-EVENT_SEQ = 14
+EVENT_SEQ = session_row.EVENT_SEQ
 
 STATE_BY_ID = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = %s"
 STATES_BY_IDS = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = ANY(%s)"
@@ -91,7 +86,7 @@ EVENTS_AFTER = (
 #: A model step's inputs in one statement: the session, the slot's recorded result, and
 #: (unless recorded) the live conversation as ``[[role, content], ...]``.
 STEP_INPUTS = f"""
-    SELECT {", ".join(f"s.{c.strip()}" for c in _STATE_SELECT.split(","))},
+    SELECT {session_row.select_list("s")},
         c.state,
         CASE WHEN c.state IS NULL THEN (
             SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
@@ -107,7 +102,7 @@ STEP_INPUTS = f"""
 #: A woken turn's inputs in one statement: the rows of the sessions (``= ANY``), each with
 #: the live conversation of one of them (the owner's; the others' is NULL).
 RESUME_INPUTS = f"""
-    SELECT {", ".join(f"s.{c.strip()}" for c in _STATE_SELECT.split(","))},
+    SELECT {session_row.select_list("s")},
         CASE WHEN s.session_id = %s THEN (
             SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
             FROM __agents_messages AS m
@@ -130,30 +125,8 @@ TREE = f"""
 """
 
 
-def state_from_tuple(row: tuple[Any, ...] | Any) -> SessionState:
-    """A session from a row selected in ``_STATE_SELECT``'s order."""
-    pending = row[8]
-    completed = row[10]
-    return SessionState(
-        session_id=row[0],
-        agent_type=row[1],
-        root_session_id=row[2],
-        parent_session_id=row[3],
-        status=row[4],
-        run_id=row[5],
-        workflow_id=row[6],
-        version=row[7],
-        pending={k: PendingCall.model_validate(v) for k, v in pending.items()} if pending else {},
-        ownership=dict(row[9] or {}),
-        completed=(
-            {k: Tombstone.model_validate(v) for k, v in completed.items()} if completed else {}
-        ),
-        metadata=dict(row[11] or {}),
-        error=row[12],
-        latest_checkpoint_id=row[13],
-        principal=row[15],
-        tenant=row[16],
-    )
+#: A session from a row selected in ``_STATE_SELECT``'s order.
+state_from_tuple = session_row.decode_tuple
 
 
 async def _driver(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:

@@ -49,7 +49,7 @@ from ..config import parse_database_url
 from ..core.clock import now_ms  # re-exported: older imports read it from here
 from ..core.events import SessionEvent
 from ..core.messages import Message
-from ..core.session import PendingCall, SessionState, Tombstone
+from ..core.session import SessionState
 from ..errors import (
     SessionNotFoundError,
     StaleStateError,
@@ -58,6 +58,7 @@ from ..errors import (
 )
 from ..observability.log import log_event
 from . import pg
+from . import row as session_row
 from .batch import (
     ALL,
     CHECKPOINTS,
@@ -287,53 +288,11 @@ def _keep_immediate_transactions(dialect: Any) -> None:
     dialect.set_isolation_level = set_isolation_level
 
 
-def _state_from_row(row: sa.Row[Any]) -> SessionState:
-    m = row._mapping
-    return SessionState(
-        session_id=m["session_id"],
-        agent_type=m["agent_type"],
-        root_session_id=m["root_session_id"],
-        parent_session_id=m["parent_session_id"],
-        status=m["status"],
-        run_id=m["run_id"],
-        workflow_id=m["workflow_id"],
-        version=m["version"],
-        pending={
-            k: PendingCall.model_validate(v)
-            for k, v in (m["pending_client_tool_calls"] or {}).items()
-        },
-        ownership=dict(m["client_tool_call_ownership"] or {}),
-        completed={
-            k: Tombstone.model_validate(v)
-            for k, v in (m["completed_client_tool_calls"] or {}).items()
-        },
-        metadata=dict(m["metadata"] or {}),
-        error=m["error"],
-        latest_checkpoint_id=m["latest_checkpoint_id"],
-        principal=m["principal"],
-        tenant=m["tenant"],
-    )
+def _state_from_row(found: sa.Row[Any]) -> SessionState:
+    return session_row.decode(found._mapping)
 
 
-def _state_values(state: SessionState) -> dict[str, Any]:
-    return {
-        "agent_type": state.agent_type,
-        "root_session_id": state.root_session_id,
-        "parent_session_id": state.parent_session_id,
-        "status": state.status,
-        "run_id": state.run_id,
-        "workflow_id": state.workflow_id,
-        "pending_client_tool_calls": {k: v.dump() for k, v in state.pending.items()},
-        "client_tool_call_ownership": dict(state.ownership),
-        "completed_client_tool_calls": (
-            {k: v.dump() for k, v in state.completed.items()} if state.completed else None
-        ),
-        "metadata": state.metadata,
-        "error": state.error,
-        "latest_checkpoint_id": state.latest_checkpoint_id,
-        "principal": state.principal,
-        "tenant": state.tenant,
-    }
+_state_values = session_row.encode
 
 
 async def _retrying(
