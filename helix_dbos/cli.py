@@ -112,26 +112,25 @@ def _configure_migrate(parser: argparse.ArgumentParser) -> None:
 def _database_errors(shown: str) -> Iterator[None]:
     """Turn a configuration, migration or database failure into one CommandError line."""
     # Imported here: SQLAlchemy and Alembic are not needed for `helix-dbos --help`.
-    import sqlalchemy.exc
-    from alembic.util import CommandError as AlembicCommandError
-
     from .errors import HelixError
+    from .store.connection import DBAPIError, OperationalError, SQLAlchemyError
+    from .store.migrate import MigrationCommandError
 
     try:
         yield
     except HelixError as exc:
         raise CommandError(exc.message) from None
-    except AlembicCommandError as exc:
+    except MigrationCommandError as exc:
         raise CommandError(f"cannot migrate {shown}: {_first_line(exc)}") from None
-    except sqlalchemy.exc.DBAPIError as exc:
+    except DBAPIError as exc:
         detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
-        if isinstance(exc, sqlalchemy.exc.OperationalError):
+        if isinstance(exc, OperationalError):
             raise CommandError(f"cannot connect to the database {shown}: {detail}") from None
         hint = ""
         if "permission denied" in detail.lower():
             hint = " (run the migration as a role that may create tables)"
         raise CommandError(f"the migration of {shown} failed: {detail}{hint}") from None
-    except sqlalchemy.exc.SQLAlchemyError as exc:
+    except SQLAlchemyError as exc:
         raise CommandError(f"cannot migrate {shown}: {_first_line(exc)}") from None
 
 
@@ -372,12 +371,11 @@ def _with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitabl
     import asyncio
     import logging
 
-    import sqlalchemy.exc
-
     from .cli_database import choose_database, missing_sqlite_message, sqlite_path
     from .config import redact_url
     from .errors import HelixError
     from .runtime.operator import Operator
+    from .store.connection import DBAPIError, OperationalError, SQLAlchemyError
 
     chosen = choose_database(args.database_url)
     url = chosen.url
@@ -400,13 +398,13 @@ def _with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitabl
         return asyncio.run(run())
     except HelixError as exc:
         raise CommandError(exc.message) from None
-    except sqlalchemy.exc.OperationalError as exc:
+    except OperationalError as exc:
         detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
         raise CommandError(f"cannot use the database {shown}: {detail}") from None
-    except sqlalchemy.exc.DBAPIError as exc:
+    except DBAPIError as exc:
         detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
         raise CommandError(f"the query on {shown} failed: {detail}") from None
-    except sqlalchemy.exc.SQLAlchemyError as exc:
+    except SQLAlchemyError as exc:
         raise CommandError(f"the query on {shown} failed: {_first_line(exc)}") from None
     except CommandError:
         raise

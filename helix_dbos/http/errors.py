@@ -20,12 +20,9 @@ body or a submitted value, so the log says why even when the answer is the fixed
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-import psycopg
-import sqlalchemy as sa
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError as FastAPIValidationError
 from fastapi.routing import APIRoute
@@ -35,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import HelixError, StoreUnavailableError
 from ..observability.log import describe_issues, log_event, logger
-from ..store.faults import is_transient
+from ..store.faults import DATABASE_ERRORS, is_transient
 from .body import REQUEST_INVALID_MESSAGE
 
 __all__ = [
@@ -216,5 +213,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(HelixError, helix_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    for database_error_type in (sa.exc.SQLAlchemyError, psycopg.Error, sqlite3.Error):
+    for database_error_type in DATABASE_ERRORS:
         app.add_exception_handler(database_error_type, database_error)

@@ -1,4 +1,4 @@
-"""The durable runtime: the only package (with http and cli) that decorates with DBOS.
+"""The durable runtime: the only package that imports DBOS.
 
 Public: ``AgentRuntime`` and ``TurnHandle`` (also exported by ``helix_dbos``), ``Operator``
 (what the CLI uses from outside a running runtime), ``Notification`` and ``DeliveryOptions``

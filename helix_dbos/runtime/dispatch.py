@@ -21,13 +21,12 @@ import inspect
 import random
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..core.clock import now_ms
 from ..core.events import event
 from ..core.session import SessionState
 from ..observability.log import log_event
 from ..store import outbox
+from ..store.connection import AsyncConnection
 from ..store.outbox import OutboxRow
 from ..store.store import SessionStore
 from .entry import ACTIVE_STATUSES

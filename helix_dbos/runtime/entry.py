@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
 from ..core.markers import mark_entry_input
@@ -23,6 +21,7 @@ from ..core.messages import Message
 from ..core.owner import SessionOwner
 from ..core.session import CallKind, PendingCall, SessionState
 from ..errors import AgentAlreadyRunningError, SessionNotFoundError
+from ..store.connection import AsyncConnection
 from ..store.store import NoChange, Prior, SessionStore, guard
 from . import names
 from .context import current

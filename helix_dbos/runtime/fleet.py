@@ -31,16 +31,12 @@ import random
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..config import HelixSettings
 from ..observability.log import log_event
-from ..store.schema import adoptions, executors
+from ..store import dbos_tables, fleet_tables
 from ..store.store import SessionStore
 from . import names
 
@@ -50,38 +46,10 @@ __all__ = [
     "forward_stranded",
     "list_executors",
     "pending_by_version",
-    "workflow_table",
 ]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def workflow_table(dialect: str, schema: str = "dbos") -> str:
-    """DBOS's ``workflow_status`` table as SQL: schema-qualified on Postgres."""
-    return f"{schema}.workflow_status" if dialect == "postgresql" else "workflow_status"
-
-
-def _now(dialect: str) -> Any:
-    """The fleet's clock: the database's on Postgres, this machine's on SQLite."""
-    return sa.func.clock_timestamp() if dialect == "postgresql" else datetime.now(UTC)
-
-
-def _ago(dialect: str, seconds: float) -> Any:
-    if dialect == "postgresql":
-        return sa.func.clock_timestamp() - timedelta(seconds=seconds)
-    return datetime.now(UTC) - timedelta(seconds=seconds)
-
-
-def _insert(dialect: str) -> Any:
-    """An INSERT on ``__agents_executors`` with ON CONFLICT support, for the dialect."""
-    return (postgresql if dialect == "postgresql" else sqlite).insert(executors)
-
-
-def _live(dialect: str, adopt_after: float) -> Any:
-    """The condition on ``__agents_executors`` of a live executor."""
-    return sa.and_(
-        executors.c.stopped_at.is_(None), executors.c.heartbeat_at > _ago(dialect, adopt_after)
-    )
+#: The workflows the fleet counts, adopts and moves forward: turns and their continuations.
+_TURNS = (names.TURN_WORKFLOW, names.CONTINUE_WORKFLOW)
 
 
 @dataclass(frozen=True)
@@ -123,43 +91,6 @@ class ExecutorInfo:
         }
 
 
-async def _pending_groups(
-    conn: AsyncConnection, dialect: str, schema: str
-) -> list[tuple[str, str, int]]:
-    """``(executor_id, application_version, count)`` of PENDING turn workflows (and ENQUEUED
-    ones: a recovery cut short by its process's exit leaves them enqueued for their version)."""
-    rows = await conn.execute(
-        sa.text(
-            f"SELECT executor_id, application_version, COUNT(*) FROM "
-            f"{workflow_table(dialect, schema)} WHERE status IN ('PENDING', 'ENQUEUED') "
-            "AND name IN (:turn, :continuation) "
-            "GROUP BY executor_id, application_version"
-        ),
-        {"turn": names.TURN_WORKFLOW, "continuation": names.CONTINUE_WORKFLOW},
-    )
-    return [(r[0] or "", r[1] or "", int(r[2])) for r in rows]
-
-
-async def _pending_groups_if_any(store: SessionStore) -> list[tuple[str, str, int]]:
-    """``_pending_groups``, or none when DBOS has not created its tables here yet."""
-    try:
-        async with store.engine.connect() as conn:
-            return await _pending_groups(conn, store.dialect, "dbos")
-    except sa.exc.DBAPIError:
-        return []
-
-
-async def _live_executors(
-    conn: AsyncConnection, dialect: str, adopt_after: float
-) -> dict[str, str]:
-    rows = await conn.execute(
-        sa.select(executors.c.executor_id, executors.c.application_version).where(
-            _live(dialect, adopt_after)
-        )
-    )
-    return {r[0]: r[1] for r in rows}
-
-
 async def list_executors(
     store: SessionStore, adopt_after_seconds: float, *, include_gone: bool = False
 ) -> list[ExecutorInfo]:
@@ -167,11 +98,11 @@ async def list_executors(
     stopped or adopted (otherwise only live and dead-not-yet-adopted ones)."""
     dialect = store.dialect
     pending: dict[str, int] = {}
-    for executor_id, _version, count in await _pending_groups_if_any(store):
+    for executor_id, _version, count in await dbos_tables.pending_groups_if_any(store, _TURNS):
         pending[executor_id] = pending.get(executor_id, 0) + count
     async with store.engine.connect() as conn:
-        live = await _live_executors(conn, dialect, adopt_after_seconds)
-        rows = (await conn.execute(sa.select(executors))).mappings().all()
+        live = await fleet_tables.live_executors(conn, dialect, adopt_after_seconds)
+        rows = await fleet_tables.executor_rows(conn)
     out = []
     for r in rows:
         if r["executor_id"] in live:
@@ -196,80 +127,11 @@ async def list_executors(
 
 async def pending_by_version(store: SessionStore) -> dict[str, int]:
     """PENDING turn workflows per application version."""
-    groups = await _pending_groups_if_any(store)
+    groups = await dbos_tables.pending_groups_if_any(store, _TURNS)
     counts: dict[str, int] = {}
     for _executor, version, count in groups:
         counts[version] = counts.get(version, 0) + count
     return counts
-
-
-async def _claim(
-    conn: AsyncConnection,
-    dialect: str,
-    executor_id: str,
-    version: str,
-    me: str,
-    adopt_after: float,
-) -> bool:
-    """Compare-and-swap the dead executor's row to ``adopted_by = me``; ``True`` if we won.
-
-    An executor with PENDING turns but no row (a release before the fleet existed) gets a
-    stopped row first. A claim by an adopter that itself died can be taken over.
-    """
-    await conn.execute(
-        _insert(dialect)
-        .values(
-            executor_id=executor_id,
-            application_version=version,
-            started_at=_EPOCH,
-            heartbeat_at=_EPOCH,
-            stopped_at=_EPOCH,
-        )
-        .on_conflict_do_nothing(index_elements=["executor_id"])
-    )
-    live_ids = sa.select(executors.c.executor_id).where(_live(dialect, adopt_after))
-    won = await conn.execute(
-        executors.update()
-        .where(
-            executors.c.executor_id == executor_id,
-            sa.or_(
-                executors.c.stopped_at.is_not(None),
-                executors.c.heartbeat_at <= _ago(dialect, adopt_after),
-            ),
-            sa.or_(
-                executors.c.adopted_by.is_(None),
-                executors.c.adopted_by == me,
-                executors.c.adopted_by.not_in(live_ids.scalar_subquery()),
-            ),
-        )
-        .values(adopted_by=me, adopted_at=_now(dialect))
-        .returning(executors.c.executor_id)
-    )
-    return won.first() is not None
-
-
-async def _relabel(
-    conn: AsyncConnection,
-    dialect: str,
-    schema: str,
-    executor_id: str,
-    from_version: str,
-    to_version: str,
-) -> list[str]:
-    """Move one dead executor's PENDING turns of ``from_version`` to ``to_version``.
-
-    One UPDATE: rows another transaction relabelled first no longer match, so each workflow
-    moves once.
-    """
-    rows = await conn.execute(
-        sa.text(
-            f"UPDATE {workflow_table(dialect, schema)} SET application_version = :to "
-            "WHERE status IN ('PENDING', 'ENQUEUED') AND executor_id = :executor "
-            "AND application_version = :from RETURNING workflow_uuid"
-        ),
-        {"to": to_version, "executor": executor_id, "from": from_version},
-    )
-    return [r[0] for r in rows]
 
 
 async def forward_stranded(
@@ -291,53 +153,28 @@ async def forward_stranded(
     dialect = store.dialect
     moved: list[str] = []
     async with store.engine.connect() as conn:
-        groups = await _pending_groups(conn, dialect, schema)
-        live = await _live_executors(conn, dialect, adopt_after_seconds)
+        groups = await dbos_tables.pending_groups(conn, dialect, schema, _TURNS)
+        live = await fleet_tables.live_executors(conn, dialect, adopt_after_seconds)
     if from_version in live.values():
         return []  # its own live processes adopt their dead peers' turns
     for executor_id, version, _count in groups:
         if version != from_version or executor_id in live:
             continue
         async with store.engine.begin() as conn:
-            if await _claim(conn, dialect, executor_id, version, me, adopt_after_seconds):
-                ids = await _relabel(conn, dialect, schema, executor_id, version, to_version)
+            claimed = await fleet_tables.claim(
+                conn, dialect, executor_id, version, me, adopt_after_seconds
+            )
+            if claimed:
+                ids = await dbos_tables.relabel(
+                    conn, dialect, schema, executor_id, version, to_version
+                )
                 if ids:
-                    await _record(conn, ids, "forwarded", executor_id, version, me, to_version)
-                    # The row now speaks for the relabelled turns: of the new version, and
-                    # free for any live process of it to adopt.
-                    await conn.execute(
-                        executors.update()
-                        .where(executors.c.executor_id == executor_id)
-                        .values(application_version=to_version, adopted_by=None)
+                    await fleet_tables.record(
+                        conn, ids, "forwarded", executor_id, version, me, to_version
                     )
+                    await fleet_tables.hand_over(conn, executor_id, to_version)
                 moved.extend(ids)
     return moved
-
-
-async def _record(
-    conn: AsyncConnection,
-    workflow_ids: Iterable[str],
-    kind: str,
-    from_executor: str,
-    from_version: str,
-    me: str,
-    to_version: str,
-) -> None:
-    at = datetime.now(UTC)
-    rows = [
-        {
-            "workflow_id": w,
-            "kind": kind,
-            "from_executor": from_executor,
-            "from_version": from_version,
-            "adopted_by": me,
-            "to_version": to_version,
-            "adopted_at": at,
-        }
-        for w in workflow_ids
-    ]
-    if rows:
-        await conn.execute(adoptions.insert(), rows)
 
 
 async def adoption_history(
@@ -347,22 +184,17 @@ async def adoption_history(
     ids = sorted(set(workflow_ids))
     if not ids:
         return []
-    query = (
-        sa.select(adoptions)
-        .where(adoptions.c.workflow_id.in_(ids))
-        .order_by(adoptions.c.adopted_at, adoptions.c.id)
-    )
     async with store.engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
+        rows = await fleet_tables.adoptions_of(conn, ids)
     return [
         {
-            "workflowId": r.workflow_id,
-            "kind": r.kind,
-            "fromExecutor": r.from_executor,
-            "fromVersion": r.from_version,
-            "adoptedBy": r.adopted_by,
-            "toVersion": r.to_version,
-            "adoptedAt": _as_utc(r.adopted_at).isoformat(),
+            "workflowId": r["workflow_id"],
+            "kind": r["kind"],
+            "fromExecutor": r["from_executor"],
+            "fromVersion": r["from_version"],
+            "adoptedBy": r["adopted_by"],
+            "toVersion": r["to_version"],
+            "adoptedAt": _as_utc(r["adopted_at"]).isoformat(),
         }
         for r in rows
     ]
@@ -404,40 +236,20 @@ class Fleet:
         """Record this executor (live from now); a reused id of a live process is logged."""
         dialect = self.dialect
         async with self.store.engine.begin() as conn:
-            before = (
-                await conn.execute(
-                    sa.select(executors.c.pid, executors.c.hostname).where(
-                        executors.c.executor_id == self.me,
-                        _live(dialect, self.settings.adopt_after_seconds),
-                    )
-                )
-            ).first()
-            if before is not None and (before.pid, before.hostname) != (
-                os.getpid(),
-                socket.gethostname(),
-            ):
+            before = await fleet_tables.live_identity(
+                conn, dialect, self.me, self.settings.adopt_after_seconds
+            )
+            if before is not None and before != (os.getpid(), socket.gethostname()):
                 # A restart with a stable id within the liveness window, or two processes
                 # configured with one id (which DBOS cannot tell apart): say so loudly.
                 log_event(
                     "fleet.executor_id_reused",
                     executorId=self.me,
-                    previousPid=before.pid,
-                    previousHost=before.hostname,
+                    previousPid=before[0],
+                    previousHost=before[1],
                 )
-            values = {
-                "application_version": self.version,
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "started_at": _now(dialect),
-                "heartbeat_at": _now(dialect),
-                "stopped_at": None,
-                "adopted_by": None,
-                "adopted_at": None,
-            }
-            await conn.execute(
-                _insert(dialect)
-                .values(executor_id=self.me, **values)
-                .on_conflict_do_update(index_elements=["executor_id"], set_=values)
+            await fleet_tables.upsert_executor(
+                conn, dialect, self.me, self.version, socket.gethostname(), os.getpid()
             )
         log_event("fleet.joined", executorId=self.me, applicationVersion=self.version)
 
@@ -480,11 +292,7 @@ class Fleet:
         """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
         await self.pause()
         async with self.store.engine.begin() as conn:
-            await conn.execute(
-                executors.update()
-                .where(executors.c.executor_id == self.me)
-                .values(stopped_at=_now(self.dialect))
-            )
+            await fleet_tables.mark_stopped(conn, self.dialect, self.me)
 
     async def _loop(self) -> None:
         period = self.settings.heartbeat_seconds
@@ -506,26 +314,15 @@ class Fleet:
     async def heartbeat(self) -> None:
         """Record that this process is alive (and notice if it was given up for dead)."""
         async with self.store.engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    executors.update()
-                    .where(executors.c.executor_id == self.me)
-                    .values(heartbeat_at=_now(self.dialect), stopped_at=None)
-                    .returning(executors.c.adopted_by)
-                )
-            ).first()
-        if row is None:
+            found, adopted_by = await fleet_tables.beat(conn, self.dialect, self.me)
+        if not found:
             await self.register()
-        elif row[0] is not None:
+        elif adopted_by is not None:
             # We were silent for longer than adopt_after_seconds and another process adopted
             # our turns: its runs own them now (DBOS fences our stale executions).
-            log_event("fleet.executor_reclaimed", executorId=self.me, adoptedBy=row[0])
+            log_event("fleet.executor_reclaimed", executorId=self.me, adoptedBy=adopted_by)
             async with self.store.engine.begin() as conn:
-                await conn.execute(
-                    executors.update()
-                    .where(executors.c.executor_id == self.me)
-                    .values(adopted_by=None, adopted_at=None)
-                )
+                await fleet_tables.clear_adoption(conn, self.me)
 
     # -- sweeping -----------------------------------------------------------------------------
 
@@ -536,8 +333,8 @@ class Fleet:
             dialect = self.dialect
             after = self.settings.adopt_after_seconds
             async with self.store.engine.connect() as conn:
-                groups = await _pending_groups(conn, dialect, self.schema)
-                self._live = live = await _live_executors(conn, dialect, after)
+                groups = await dbos_tables.pending_groups(conn, dialect, self.schema, _TURNS)
+                self._live = live = await fleet_tables.live_executors(conn, dialect, after)
             live_versions = set(live.values()) | {self.version}
             taken: list[str] = []
             stranded: dict[str, int] = {}
@@ -562,7 +359,7 @@ class Fleet:
         from dbos import DBOS
 
         async with self.store.engine.begin() as conn:
-            won = await _claim(
+            won = await fleet_tables.claim(
                 conn,
                 self.dialect,
                 executor_id,
@@ -575,7 +372,9 @@ class Fleet:
         handles = await asyncio.to_thread(DBOS._recover_pending_workflows, [executor_id])
         ids = [h.get_workflow_id() for h in handles]
         async with self.store.engine.begin() as conn:
-            await _record(conn, ids, "adopted", executor_id, self.version, self.me, self.version)
+            await fleet_tables.record(
+                conn, ids, "adopted", executor_id, self.version, self.me, self.version
+            )
         if ids:
             log_event(
                 "fleet.adopted",
@@ -616,14 +415,7 @@ class Fleet:
         if not workflow_ids:
             return set()
         async with self.store.engine.connect() as conn:
-            rows = await conn.execute(
-                sa.text(
-                    f"SELECT DISTINCT executor_id FROM {workflow_table(self.dialect, self.schema)}"
-                    " WHERE workflow_uuid IN :ids"
-                ).bindparams(sa.bindparam("ids", expanding=True)),
-                {"ids": workflow_ids},
-            )
-            return {r[0] for r in rows}
+            return await dbos_tables.executors_of(conn, self.dialect, self.schema, workflow_ids)
 
     def _report_stranded(self, stranded: dict[str, int]) -> None:
         for version, count in stranded.items():
@@ -650,20 +442,9 @@ class Fleet:
         case (the turn's executor is alive) costs one query.
         """
         dialect = self.dialect
-        async with self.store.engine.connect() as conn:
-            # Reads only: no BEGIN/ROLLBACK round trips around them (a cross-process submit
-            # waits on this before it answers).
-            await conn.execution_options(isolation_level="AUTOCOMMIT")
-            row = (
-                await conn.execute(
-                    sa.text(
-                        "SELECT w.workflow_uuid, w.status, w.executor_id, w.application_version "
-                        f"FROM __agents_states s JOIN {workflow_table(dialect, self.schema)} w "
-                        "ON w.workflow_uuid = s.workflow_id WHERE s.session_id = :sid"
-                    ),
-                    {"sid": session_id},
-                )
-            ).first()
+        # Reads only, in autocommit mode: a cross-process submit waits on this before it answers.
+        async with fleet_tables.reading(self.store) as conn:
+            row = await dbos_tables.session_turn(conn, dialect, self.schema, session_id)
             if row is None or row[1] not in ("PENDING", "ENQUEUED"):
                 return True  # no turn, or it has ended: nothing is promised
             workflow_id, status, executor_id, version = row
@@ -672,7 +453,9 @@ class Fleet:
             live = self._live
             if executor_id not in live:
                 # Not live when the last sweep looked: ask again before acting on it.
-                live = await _live_executors(conn, dialect, self.settings.adopt_after_seconds)
+                live = await fleet_tables.live_executors(
+                    conn, dialect, self.settings.adopt_after_seconds
+                )
         if version == self.version:
             if status == "PENDING" and executor_id not in live:
                 await self.adopt(executor_id)

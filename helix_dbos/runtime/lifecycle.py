@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from dbos import DBOS, SetWorkflowID
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
@@ -51,6 +50,7 @@ from ..errors import (
     RequestValidationError,
     SessionNotFoundError,
 )
+from ..store.connection import AsyncConnection
 from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
 from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names, notes

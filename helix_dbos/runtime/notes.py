@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..core.session import PendingCall, SessionState
 from ..store import outbox
+from ..store.connection import AsyncConnection
 from . import names
 from .context import current
 from .once import after_commit

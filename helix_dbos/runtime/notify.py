@@ -90,22 +90,20 @@ class EventSignals:
                     del self._waiters[session_id]
 
     async def _listen(self) -> None:
-        import psycopg
+        from ..store.pg import listen
 
         assert self._url is not None
         backoff = 0.1
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-                async with conn:
-                    await conn.execute(f'LISTEN "{EVENTS_CHANNEL}"')
+                async with listen(self._url, EVENTS_CHANNEL) as payloads:
                     self._listening.set()
                     # Anything committed while we were not listening: everyone re-reads once.
                     self._wake_all()
                     backoff = 0.1
-                    async for note in conn.notifies():
+                    async for payload in payloads:
                         self.notifications += 1
-                        self.wake({note.payload})
+                        self.wake({payload})
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -24,9 +24,8 @@ from contextvars import ContextVar
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from dbos import DBOS
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..store.connection import AsyncConnection, IntegrityError
 from ..store.store import PENDING_CLEAR_ATTEMPTS, Fenced
 from .context import current
 from .records import FENCED_KEY, CheckpointKind, FencedResult

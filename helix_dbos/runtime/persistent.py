@@ -35,13 +35,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from dbos import DBOS, SetWorkflowID
-from sqlalchemy.exc import IntegrityError
 
 from ..core.clock import now_ms
 from ..core.owner import SessionOwner
 from ..core.session import SessionState
 from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
+from ..store.connection import IntegrityError
 from ..store.store import NoChange, patience
 from . import names, records
 from .context import RuntimeContext, current, workflow_task

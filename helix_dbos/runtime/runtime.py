@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dbos import DBOS, DBOSClient, SetWorkflowID
-from sqlalchemy.exc import IntegrityError
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
@@ -23,6 +22,7 @@ from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestVa
 from ..observability.approval_metrics import ApprovalMetrics, activate, deactivate
 from ..observability.log import log_event, set_service_name
 from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage, ApprovalQuery, list_approvals
+from ..store.connection import IntegrityError
 from ..store.migrate import head_revision, require_current_schema, upgrade
 from ..store.store import SessionStore
 from . import context, lifecycle, names, persistent, records

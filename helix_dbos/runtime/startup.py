@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from .. import __version__
 from ..config import HelixSettings, redact_url
 from ..core.agents import AgentRegistry
 from ..observability.log import log_event
+from ..store import dbos_tables
 from ..store.store import SessionStore
-from .fleet import workflow_table
 
 __all__ = ["StartupFacts", "count_recoverable", "log_started", "startup_facts"]
 
@@ -70,21 +68,9 @@ async def count_recoverable(store: SessionStore, settings: HelixSettings, schema
 
     ``0`` on a database where DBOS has not created its tables yet (a first launch).
     """
-    sql = sa.text(
-        f"SELECT COUNT(*) FROM {workflow_table(store.dialect, schema)} "
-        "WHERE status = 'PENDING' AND executor_id = :me AND application_version = :version "
-        "AND (application_name = :app OR application_name IS NULL)"
+    return await dbos_tables.count_recoverable(
+        store, schema, settings.executor_id, settings.application_version, settings.app_name
     )
-    params = {
-        "me": settings.executor_id,
-        "version": settings.application_version,
-        "app": settings.app_name,
-    }
-    try:
-        async with store.engine.connect() as conn:
-            return int((await conn.execute(sql, params)).scalar_one())
-    except sa.exc.DBAPIError:
-        return 0  # no workflow table yet: nothing to recover
 
 
 def startup_facts(

@@ -15,11 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..errors import StaleStateError
 from ..observability.log import log_event
 from ..store.batch import current_batch, settle
+from ..store.connection import AsyncConnection
 from .context import RuntimeContext
 from .records import InboxMessage, TurnMessage
 

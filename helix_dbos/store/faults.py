@@ -23,7 +23,15 @@ import sqlalchemy as sa
 
 from ..errors import StoreUnavailableError
 
-__all__ = ["TRANSIENT_SQLSTATES", "is_transient"]
+__all__ = ["DATABASE_ERRORS", "TRANSIENT_SQLSTATES", "is_transient"]
+
+#: The base classes of every database failure: SQLAlchemy's, psycopg's (the driver raises its
+#: own where it runs without SQLAlchemy) and sqlite3's (which aiosqlite re-raises).
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    sa.exc.SQLAlchemyError,
+    psycopg.Error,
+    sqlite3.Error,
+)
 
 #: SQLSTATEs of transient faults (besides the whole ``08`` connection-exception class).
 TRANSIENT_SQLSTATES: frozenset[str] = frozenset(

@@ -9,6 +9,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError as MigrationCommandError
 
 from ..config import parse_database_url
 from ..errors import ConfigError, SchemaNotCurrentError
@@ -16,6 +17,7 @@ from .schema import VERSION_TABLE
 
 __all__ = [
     "MIGRATE_COMMAND",
+    "MigrationCommandError",
     "current_revision",
     "head_revision",
     "require_current_schema",

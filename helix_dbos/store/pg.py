@@ -46,6 +46,7 @@ __all__ = [
     "LeanTransaction",
     "fetch",
     "fetch_last",
+    "listen",
     "sent_nothing",
     "state_from_tuple",
 ]
@@ -195,6 +196,17 @@ async def fetch_last(
     finally:
         if not driver.closed:
             await driver.set_autocommit(False)
+
+
+@contextlib.asynccontextmanager
+async def listen(url: str, channel: str) -> AsyncIterator[AsyncIterator[str]]:
+    """A driver connection of its own, in autocommit mode, listening on ``channel``: the
+    payloads of its notifications as they arrive (NOTIFY has no SQLAlchemy form). Closed
+    when the block ends; a lost connection ends the iteration with psycopg's error."""
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    async with conn:
+        await conn.execute(f'LISTEN "{channel}"')
+        yield (note.payload async for note in conn.notifies())
 
 
 class LeanPool:

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime.fleet import Fleet, _claim, list_executors
+from helix_dbos.runtime.fleet import Fleet, list_executors
 from helix_dbos.runtime.notify import EventSignals
+from helix_dbos.store import fleet_tables
 from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import executors
 from helix_dbos.store.store import SessionStore
@@ -45,12 +46,13 @@ async def test_racing_claims_have_one_winner(pg_url: str) -> None:
 
         async def claim(me: str) -> bool:
             async with store.engine.begin() as conn:
-                return await _claim(conn, "postgresql", "dead", "v1", me, 15.0)
+                return await fleet_tables.claim(conn, "postgresql", "dead", "v1", me, 15.0)
 
         wins = await asyncio.gather(*(claim(f"s{i}") for i in range(8)))
         assert sum(wins) == 1
         async with store.engine.begin() as conn:
-            assert not await _claim(conn, "postgresql", "s3", "v1", "s4", 15.0)  # s3 is live
+            # s3 is live
+            assert not await fleet_tables.claim(conn, "postgresql", "s3", "v1", "s4", 15.0)
         found = {e.executor_id: e for e in await list_executors(store, 15.0, include_gone=True)}
         assert found["dead"].state == "adopted"
         assert found["dead"].adopted_by == f"s{wins.index(True)}"
@@ -67,7 +69,7 @@ async def test_a_stopped_executor_is_adoptable_at_once(pg_url: str) -> None:
         await gone.register()
         await gone.stop()
         async with store.engine.begin() as conn:
-            assert await _claim(conn, "postgresql", "gone", "v1", "me", 15.0)
+            assert await fleet_tables.claim(conn, "postgresql", "gone", "v1", "me", 15.0)
     finally:
         await store.close()
 

@@ -1,0 +1,141 @@
+"""DBOS's own tables, read and written as the fleet needs them: the raw SQL on ``workflow_status``.
+
+DBOS owns the table (its schema is ``dbos`` on Postgres, or ``dbos_system_schema``; SQLite has
+no schemas). The fleet counts the PENDING turns per executor and version, relabels a dead
+executor's turns to the version that replays them, and finds the workflow of a session's
+turn; the launch counts what DBOS is about to recover. The statements name only the columns
+DBOS's recovery itself relies on (``status``, ``executor_id``, ``application_version``,
+``name``, ``workflow_uuid``, ``application_name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .store import SessionStore
+
+__all__ = [
+    "count_recoverable",
+    "executors_of",
+    "pending_groups",
+    "pending_groups_if_any",
+    "relabel",
+    "session_turn",
+    "workflow_table",
+]
+
+
+def workflow_table(dialect: str, schema: str = "dbos") -> str:
+    """DBOS's ``workflow_status`` table as SQL: schema-qualified on Postgres."""
+    return f"{schema}.workflow_status" if dialect == "postgresql" else "workflow_status"
+
+
+async def pending_groups(
+    conn: AsyncConnection, dialect: str, schema: str, workflows: tuple[str, str]
+) -> list[tuple[str, str, int]]:
+    """``(executor_id, application_version, count)`` of PENDING workflows named ``workflows``
+    (the turn's and the continuation's), and of ENQUEUED ones: a recovery cut short by its
+    process's exit leaves them enqueued for their version."""
+    rows = await conn.execute(
+        sa.text(
+            f"SELECT executor_id, application_version, COUNT(*) FROM "
+            f"{workflow_table(dialect, schema)} WHERE status IN ('PENDING', 'ENQUEUED') "
+            "AND name IN (:turn, :continuation) "
+            "GROUP BY executor_id, application_version"
+        ),
+        {"turn": workflows[0], "continuation": workflows[1]},
+    )
+    return [(r[0] or "", r[1] or "", int(r[2])) for r in rows]
+
+
+async def pending_groups_if_any(
+    store: SessionStore, workflows: tuple[str, str]
+) -> list[tuple[str, str, int]]:
+    """``pending_groups``, or none when DBOS has not created its tables here yet."""
+    try:
+        async with store.engine.connect() as conn:
+            return await pending_groups(conn, store.dialect, "dbos", workflows)
+    except sa.exc.DBAPIError:
+        return []
+
+
+async def relabel(
+    conn: AsyncConnection,
+    dialect: str,
+    schema: str,
+    executor_id: str,
+    from_version: str,
+    to_version: str,
+) -> list[str]:
+    """Move one dead executor's PENDING turns of ``from_version`` to ``to_version``; the
+    workflow ids moved.
+
+    One UPDATE: rows another transaction relabelled first no longer match, so each workflow
+    moves once.
+    """
+    rows = await conn.execute(
+        sa.text(
+            f"UPDATE {workflow_table(dialect, schema)} SET application_version = :to "
+            "WHERE status IN ('PENDING', 'ENQUEUED') AND executor_id = :executor "
+            "AND application_version = :from RETURNING workflow_uuid"
+        ),
+        {"to": to_version, "executor": executor_id, "from": from_version},
+    )
+    return [r[0] for r in rows]
+
+
+async def executors_of(
+    conn: AsyncConnection, dialect: str, schema: str, workflow_ids: list[str]
+) -> set[str]:
+    """The executors that own these workflows."""
+    rows = await conn.execute(
+        sa.text(
+            f"SELECT DISTINCT executor_id FROM {workflow_table(dialect, schema)}"
+            " WHERE workflow_uuid IN :ids"
+        ).bindparams(sa.bindparam("ids", expanding=True)),
+        {"ids": workflow_ids},
+    )
+    return {r[0] for r in rows}
+
+
+async def session_turn(
+    conn: AsyncConnection, dialect: str, schema: str, session_id: str
+) -> tuple[Any, ...] | None:
+    """The workflow the session's row names: ``(workflow_id, status, executor_id,
+    application_version)`` as DBOS records them, or ``None`` (no such session, or no such
+    workflow)."""
+    row = (
+        await conn.execute(
+            sa.text(
+                "SELECT w.workflow_uuid, w.status, w.executor_id, w.application_version "
+                f"FROM __agents_states s JOIN {workflow_table(dialect, schema)} w "
+                "ON w.workflow_uuid = s.workflow_id WHERE s.session_id = :sid"
+            ),
+            {"sid": session_id},
+        )
+    ).first()
+    return None if row is None else tuple(row)
+
+
+async def count_recoverable(
+    store: SessionStore, schema: str, executor_id: str, version: str, app_name: str
+) -> int:
+    """DBOS's recovery query at launch, counted: PENDING workflows of this executor id and
+    application version, of this application or none.
+
+    ``0`` on a database where DBOS has not created its tables yet (a first launch).
+    """
+    sql = sa.text(
+        f"SELECT COUNT(*) FROM {workflow_table(store.dialect, schema)} "
+        "WHERE status = 'PENDING' AND executor_id = :me AND application_version = :version "
+        "AND (application_name = :app OR application_name IS NULL)"
+    )
+    params = {"me": executor_id, "version": version, "app": app_name}
+    try:
+        async with store.engine.connect() as conn:
+            return int((await conn.execute(sql, params)).scalar_one())
+    except sa.exc.DBAPIError:
+        return 0  # no workflow table yet: nothing to recover

@@ -1,0 +1,250 @@
+"""The fleet's own tables: ``__agents_executors`` (who is alive) and ``__agents_adoptions``.
+
+An executor is live while its row is not stopped and its heartbeat is younger than the
+adoption window. Times come from the database's clock on Postgres (one clock for the whole
+fleet) and from this machine's on SQLite (one machine). Every function joins the caller's
+connection: the fleet decides what goes in one transaction (a claim and the relabel it
+allows commit together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .schema import adoptions, executors
+from .store import SessionStore
+
+__all__ = [
+    "adoptions_of",
+    "beat",
+    "claim",
+    "clear_adoption",
+    "executor_rows",
+    "hand_over",
+    "live_executors",
+    "live_identity",
+    "mark_stopped",
+    "reading",
+    "record",
+    "upsert_executor",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _now(dialect: str) -> Any:
+    """The fleet's clock: the database's on Postgres, this machine's on SQLite."""
+    return sa.func.clock_timestamp() if dialect == "postgresql" else datetime.now(UTC)
+
+
+def _ago(dialect: str, seconds: float) -> Any:
+    if dialect == "postgresql":
+        return sa.func.clock_timestamp() - timedelta(seconds=seconds)
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def _insert(dialect: str) -> Any:
+    """An INSERT on ``__agents_executors`` with ON CONFLICT support, for the dialect."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(executors)
+
+
+def _live(dialect: str, adopt_after: float) -> Any:
+    """The condition on ``__agents_executors`` of a live executor."""
+    return sa.and_(
+        executors.c.stopped_at.is_(None), executors.c.heartbeat_at > _ago(dialect, adopt_after)
+    )
+
+
+@asynccontextmanager
+async def reading(store: SessionStore) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads only, in autocommit mode: no BEGIN/ROLLBACK round trips."""
+    async with store.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
+
+
+async def live_executors(conn: AsyncConnection, dialect: str, adopt_after: float) -> dict[str, str]:
+    """The live executors: ``{executor_id: application_version}``."""
+    rows = await conn.execute(
+        sa.select(executors.c.executor_id, executors.c.application_version).where(
+            _live(dialect, adopt_after)
+        )
+    )
+    return {r[0]: r[1] for r in rows}
+
+
+async def executor_rows(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """Every row of ``__agents_executors``, by column name."""
+    return [dict(r) for r in (await conn.execute(sa.select(executors))).mappings().all()]
+
+
+async def live_identity(
+    conn: AsyncConnection, dialect: str, executor_id: str, adopt_after: float
+) -> tuple[int | None, str | None] | None:
+    """``(pid, hostname)`` of ``executor_id``'s row if it is live, else ``None``."""
+    row = (
+        await conn.execute(
+            sa.select(executors.c.pid, executors.c.hostname).where(
+                executors.c.executor_id == executor_id, _live(dialect, adopt_after)
+            )
+        )
+    ).first()
+    return None if row is None else (row.pid, row.hostname)
+
+
+async def upsert_executor(
+    conn: AsyncConnection,
+    dialect: str,
+    executor_id: str,
+    version: str,
+    hostname: str,
+    pid: int,
+) -> None:
+    """Record ``executor_id`` as live from now: started, heartbeating, neither stopped nor
+    adopted (a reused id's row is reset)."""
+    values = {
+        "application_version": version,
+        "hostname": hostname,
+        "pid": pid,
+        "started_at": _now(dialect),
+        "heartbeat_at": _now(dialect),
+        "stopped_at": None,
+        "adopted_by": None,
+        "adopted_at": None,
+    }
+    await conn.execute(
+        _insert(dialect)
+        .values(executor_id=executor_id, **values)
+        .on_conflict_do_update(index_elements=["executor_id"], set_=values)
+    )
+
+
+async def mark_stopped(conn: AsyncConnection, dialect: str, executor_id: str) -> None:
+    """Mark the executor stopped: its parked turns are adoptable now."""
+    await conn.execute(
+        executors.update()
+        .where(executors.c.executor_id == executor_id)
+        .values(stopped_at=_now(dialect))
+    )
+
+
+async def beat(conn: AsyncConnection, dialect: str, executor_id: str) -> tuple[bool, str | None]:
+    """A heartbeat on the executor's row: ``(whether the row exists, who adopted it)``."""
+    row = (
+        await conn.execute(
+            executors.update()
+            .where(executors.c.executor_id == executor_id)
+            .values(heartbeat_at=_now(dialect), stopped_at=None)
+            .returning(executors.c.adopted_by)
+        )
+    ).first()
+    return (False, None) if row is None else (True, row[0])
+
+
+async def clear_adoption(conn: AsyncConnection, executor_id: str) -> None:
+    """The executor's row is its own again: no adopter."""
+    await conn.execute(
+        executors.update()
+        .where(executors.c.executor_id == executor_id)
+        .values(adopted_by=None, adopted_at=None)
+    )
+
+
+async def claim(
+    conn: AsyncConnection,
+    dialect: str,
+    executor_id: str,
+    version: str,
+    me: str,
+    adopt_after: float,
+) -> bool:
+    """Compare-and-swap the dead executor's row to ``adopted_by = me``; ``True`` if we won.
+
+    An executor with PENDING turns but no row (a release before the fleet existed) gets a
+    stopped row first. A claim by an adopter that itself died can be taken over.
+    """
+    await conn.execute(
+        _insert(dialect)
+        .values(
+            executor_id=executor_id,
+            application_version=version,
+            started_at=_EPOCH,
+            heartbeat_at=_EPOCH,
+            stopped_at=_EPOCH,
+        )
+        .on_conflict_do_nothing(index_elements=["executor_id"])
+    )
+    live_ids = sa.select(executors.c.executor_id).where(_live(dialect, adopt_after))
+    won = await conn.execute(
+        executors.update()
+        .where(
+            executors.c.executor_id == executor_id,
+            sa.or_(
+                executors.c.stopped_at.is_not(None),
+                executors.c.heartbeat_at <= _ago(dialect, adopt_after),
+            ),
+            sa.or_(
+                executors.c.adopted_by.is_(None),
+                executors.c.adopted_by == me,
+                executors.c.adopted_by.not_in(live_ids.scalar_subquery()),
+            ),
+        )
+        .values(adopted_by=me, adopted_at=_now(dialect))
+        .returning(executors.c.executor_id)
+    )
+    return won.first() is not None
+
+
+async def hand_over(conn: AsyncConnection, executor_id: str, to_version: str) -> None:
+    """The dead executor's row speaks for its relabelled turns: of ``to_version``, and free
+    for any live process of it to adopt."""
+    await conn.execute(
+        executors.update()
+        .where(executors.c.executor_id == executor_id)
+        .values(application_version=to_version, adopted_by=None)
+    )
+
+
+async def record(
+    conn: AsyncConnection,
+    workflow_ids: Iterable[str],
+    kind: str,
+    from_executor: str,
+    from_version: str,
+    me: str,
+    to_version: str,
+) -> None:
+    """One ``__agents_adoptions`` row per workflow taken over (``kind``: ``adopted`` or
+    ``forwarded``)."""
+    at = datetime.now(UTC)
+    rows = [
+        {
+            "workflow_id": w,
+            "kind": kind,
+            "from_executor": from_executor,
+            "from_version": from_version,
+            "adopted_by": me,
+            "to_version": to_version,
+            "adopted_at": at,
+        }
+        for w in workflow_ids
+    ]
+    if rows:
+        await conn.execute(adoptions.insert(), rows)
+
+
+async def adoptions_of(conn: AsyncConnection, workflow_ids: list[str]) -> list[dict[str, Any]]:
+    """The ``__agents_adoptions`` rows of these workflows, oldest first, by column name."""
+    query = (
+        sa.select(adoptions)
+        .where(adoptions.c.workflow_id.in_(workflow_ids))
+        .order_by(adoptions.c.adopted_at, adoptions.c.id)
+    )
+    return [dict(r) for r in (await conn.execute(query)).mappings().all()]
