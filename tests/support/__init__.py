@@ -1,0 +1,1 @@
+"""Helpers that more than one test module uses (builders and Hypothesis strategies)."""
