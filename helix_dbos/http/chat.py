@@ -38,10 +38,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import STORE_UNAVAILABLE_MESSAGE, RequestValidationError, SessionNotFoundError
-from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime
 from ..runtime.submit import Submission
-from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated, run_authenticate
+from .auth import AuthHook, TokenIssuer, run_authenticate
 from .auth import set_request_context as _set_context
 from .body import REQUEST_INVALID_MESSAGE
 from .body_variants import chat_request_variants
@@ -56,9 +55,8 @@ from .openapi import (
     event_stream_doc,
     raw_json_body_doc,
 )
-from .pipeline import ChatIdPath, RouteContext
+from .pipeline import ChatIdPath, RouteContext, configure_router
 from .schemas import Identifier
-from .scope import request_owner
 from .sse import (
     ENDED_STATUSES,
     POLL_SECONDS,
@@ -294,14 +292,7 @@ class _Chat:
         if not text.strip():
             raise _invalid("message")
         after = await _last_sequence(self.runtime, session_id)
-        owner = request_owner(request)
-        handle = await self.runtime.start(
-            self.agent_type,
-            text,
-            session_id=session_id,
-            principal=owner.principal,
-            tenant=owner.tenant,
-        )
+        handle = await self.api.start(request, self.agent_type, text, session_id)
         return _stream(
             ui_message_stream(
                 self.runtime,
@@ -386,15 +377,9 @@ def create_chat_router(
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
     """
-    refuse_unless_authenticated(
-        authenticate,
-        allow_unauthenticated,
-        service_name or runtime.service_name,
-        "chat endpoint",
-        "chats",
+    configure_router(
+        runtime, authenticate, allow_unauthenticated, service_name, "chat endpoint", "chats"
     )
-    if service_name:
-        set_service_name(service_name)
     limiter = limiter_for(rate_limit_per_minute)
     chat = _Chat(
         RouteContext(runtime, authenticate, verbose_validation_errors, limiter),

@@ -12,6 +12,8 @@ One place for each step a request goes through:
    then the runtime's submit, with its refusals mapped to the wire's typed answers.
 
 Every refusal is ``{error, code, retryable, ...}`` with the error's status (see ``errors.py``).
+A router is built through ``configure_router`` (fail closed without a hook, the service's
+name on the log), and a route that starts a turn starts it as its caller (``RouteContext.start``).
 """
 
 from __future__ import annotations
@@ -27,19 +29,21 @@ from starlette.requests import Request
 
 from ..core.session import SubmitAnswer
 from ..errors import InvalidResultError, RequestValidationError
-from ..runtime.runtime import AgentRuntime
+from ..observability.log import set_service_name
+from ..runtime.runtime import AgentRuntime, TurnHandle
 from ..runtime.submit import Submission, precheck
-from .auth import AuthHook, run_authenticate, set_request_context
+from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
 from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, M, parse_json, read_body
 from .body import validate_body as _validate
 from .limits import SlidingWindowLimiter
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, Identifier
-from .scope import enforce_tenant
+from .scope import enforce_tenant, request_owner
 
 __all__ = [
     "ChatIdPath",
     "RouteContext",
     "SessionIdQuery",
+    "configure_router",
     "describe_issues",
     "identifier",
 ]
@@ -85,6 +89,29 @@ def describe_issues(exc: InvalidResultError) -> str:
     return (
         f"The result does not match the output schema of {exc.details.get('toolName')}: {summary}"
     )
+
+
+def configure_router(
+    runtime: AgentRuntime,
+    authenticate: AuthHook | None,
+    allow_unauthenticated: bool,
+    service_name: str | None,
+    what: str,
+    things: str,
+) -> None:
+    """What every router does as it is built: refuse to serve without an ``authenticate``
+    hook unless the caller opted out (``auth.refuse_unless_authenticated``: ``what`` names the
+    router, ``things`` what an unauthenticated caller could start; the deployment is named by
+    ``service_name``, else the runtime's), then tag every log event with ``service_name``.
+
+    Raises:
+        ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
+    """
+    refuse_unless_authenticated(
+        authenticate, allow_unauthenticated, service_name or runtime.service_name, what, things
+    )
+    if service_name:
+        set_service_name(service_name)
 
 
 class RouteContext:
@@ -147,6 +174,16 @@ class RouteContext:
         set_request_context(request, session_id, None)
         await run_authenticate(self.authenticate, request, operation)
         await enforce_tenant(self.runtime, request, session_id)
+
+    async def start(
+        self, request: Request, agent_type: str, message: str, session_id: str | None
+    ) -> TurnHandle:
+        """Start a turn for the request's caller: a session it creates records the principal
+        and tenant the hook named (``scope.request_owner``)."""
+        owner = request_owner(request)
+        return await self.runtime.start(
+            agent_type, message, session_id, principal=owner.principal, tenant=owner.tenant
+        )
 
     async def submit(self, answers: Sequence[Submission], *, message: str) -> list[SubmitAnswer]:
         """Store the answers of one request, in order, all on one session.

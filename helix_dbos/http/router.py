@@ -16,12 +16,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import VALIDATION_ERROR_MESSAGE, RequestValidationError
-from ..observability.log import set_service_name
 from ..observability.logging_config import install_query_secret_filter
 from ..runtime.runtime import AgentRuntime
 from .agui import create_agui_router
 from .approvals_route import create_approvals_router
-from .auth import AuthHook, TokenIssuer, refuse_unless_authenticated
+from .auth import AuthHook, TokenIssuer
 from .body import REQUEST_INVALID_MESSAGE
 from .errors import HelixRoute
 from .frames import SSE_HEADERS
@@ -36,7 +35,7 @@ from .openapi import (
     event_stream_doc,
     raw_json_body_doc,
 )
-from .pipeline import RouteContext, SessionIdQuery, identifier
+from .pipeline import RouteContext, SessionIdQuery, configure_router, identifier
 from .schemas import (
     ChatSubmitToolResultRequest,
     CheckpointsResponse,
@@ -52,7 +51,6 @@ from .schemas import (
     TurnResponse,
     UnknownToolCallBody,
 )
-from .scope import request_owner
 from .sse import event_stream
 
 __all__ = ["create_router"]
@@ -145,15 +143,9 @@ def create_router(
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
     """
-    refuse_unless_authenticated(
-        authenticate,
-        allow_unauthenticated,
-        service_name or runtime.service_name,
-        "agent server",
-        "sessions",
+    configure_router(
+        runtime, authenticate, allow_unauthenticated, service_name, "agent server", "sessions"
     )
-    if service_name:
-        set_service_name(service_name)
     # The runtime's startup line says how this server authenticates.
     runtime.startup_fields["auth"] = _auth_mode(authenticate, token_issuer)
     # A browser's event stream sends its token as ?token=: keep it out of uvicorn's access
@@ -182,14 +174,7 @@ def create_router(
     )
     async def start(request: Request) -> Response:
         body = await api.body(request, StartRequest, "start")
-        owner = request_owner(request)
-        handle = await runtime.start(
-            body.agent_type,
-            body.message,
-            body.session_id,
-            principal=owner.principal,
-            tenant=owner.tenant,
-        )
+        handle = await api.start(request, body.agent_type, body.message, body.session_id)
         out = handle.dump()
         if token_issuer is not None:
             out["token"] = token_issuer(handle.session_id)

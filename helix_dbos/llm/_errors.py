@@ -28,6 +28,7 @@ from ..errors import ProviderError
 __all__ = [
     "PROVIDER_RETRYABLE",
     "classify",
+    "classify_body",
     "error_fields",
     "incomplete_stream",
     "is_transport_error",
@@ -157,6 +158,26 @@ def classify(
     # Other 5xx, and error events inside a stream that say nothing more: the provider failed
     # after accepting the request, so another attempt may well succeed.
     return _make("provider_error", text, status)
+
+
+def classify_body(
+    provider: str,
+    *,
+    status: int | None,
+    body: object,
+    message: str,
+    code: str | None = None,
+) -> ProviderError:
+    """``classify`` an SDK's error: the type, code and message of its ``body``
+    (``error_fields``), else the SDK's own ``message`` and ``code``."""
+    kind, body_code, body_message = error_fields(body)
+    return classify(
+        provider,
+        status=status,
+        message=body_message or message,
+        error_type=kind,
+        error_code=body_code or code,
+    )
 
 
 def is_transport_error(err: BaseException) -> bool:

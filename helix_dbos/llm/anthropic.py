@@ -5,17 +5,14 @@ Needs the optional extra: ``pip install 'helix-dbos[anthropic]'``.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
+from ..core.llm import LLMRequest, LLMResponse, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
 from ..errors import ConfigError, ProviderError
-from ._clients import PerLoopClients, sdk_client_factory
-from ._errors import classify, error_fields, incomplete_stream, is_transport_error, transport_error
-from .openai_compat import RAW_ARGUMENTS_KEY
+from ._adapter import StreamingAdapter, parse_arguments, tool_text
+from ._errors import classify_body, incomplete_stream, transport_error
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic, AsyncStream
@@ -26,12 +23,13 @@ __all__ = ["AnthropicLLM", "to_anthropic_messages", "to_anthropic_tools"]
 _PROVIDER = "Anthropic"
 
 
-class AnthropicLLM:
+class AnthropicLLM(StreamingAdapter["AsyncAnthropic", "RawMessageStreamEvent"]):
     """A Claude model behind Anthropic's Messages API.
 
-    Every call streams, so text reaches ``on_text`` as it is generated. The SDK's own retries
-    are off: a retryable ``ProviderError`` is retried by the runtime's durable model step
-    instead, so one attempt is one recorded step attempt.
+    Every call streams, so text reaches ``on_text`` as it is generated; tool calls keep
+    Anthropic's ``toolu_`` ids. The SDK's own retries are off: a retryable ``ProviderError``
+    is retried by the runtime's durable model step instead, so one attempt is one recorded
+    step attempt.
 
     Args:
         model: the model name (``claude-sonnet-4-5`` ...).
@@ -48,6 +46,13 @@ class AnthropicLLM:
             Anthropic itself.
     """
 
+    label = "AnthropicLLM"
+    provider = _PROVIDER
+    package = "anthropic"
+    scheme = "anthropic"
+    key_env = "ANTHROPIC_API_KEY"
+    url_env = "ANTHROPIC_BASE_URL"
+
     def __init__(
         self,
         model: str,
@@ -58,49 +63,22 @@ class AnthropicLLM:
         max_tokens: int = 4096,
         client: AsyncAnthropic | None = None,
     ) -> None:
-        try:
-            import anthropic
-        except ImportError as exc:
-            raise ConfigError(
-                "AnthropicLLM needs the anthropic package: pip install 'helix-dbos[anthropic]'"
-            ) from exc
-        if not model:
-            raise ConfigError("AnthropicLLM needs a model name")
-        if max_tokens < 1:
-            raise ConfigError("AnthropicLLM: max_tokens must be >= 1")
-        self.name = f"anthropic:{model}"
-        self.model = model
         self.max_tokens = max_tokens
-        self._clients: PerLoopClients[AsyncAnthropic] = PerLoopClients(
-            sdk_client_factory(
-                anthropic.AsyncAnthropic,
-                injected=client,
-                api_key=api_key,
-                base_url=base_url,
-                key_env="ANTHROPIC_API_KEY",
-                url_env="ANTHROPIC_BASE_URL",
-                timeout=timeout,
-                label="AnthropicLLM",
-            )
-        )
+        super().__init__(model, api_key=api_key, base_url=base_url, timeout=timeout, client=client)
 
-    def _client(self) -> AsyncAnthropic:
-        return self._clients.get()
+    def _check_options(self) -> None:
+        if self.max_tokens < 1:
+            raise ConfigError("AnthropicLLM: max_tokens must be >= 1")
 
-    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
-        """Run one streamed Messages call.
+    def _sdk_class(self) -> Callable[..., AsyncAnthropic]:
+        import anthropic
 
-        Args:
-            request: instructions, conversation and tools.
-            on_text: receives each text delta as it arrives.
+        return anthropic.AsyncAnthropic
 
-        Returns:
-            The text, the tool calls (with Anthropic's ``toolu_`` ids) and the token usage.
-
-        Raises:
-            ProviderError: with a ``provider_*`` code; ``retryable`` says whether the step may
-                run it again.
-        """
+    async def _open(
+        self, client: AsyncAnthropic, request: LLMRequest
+    ) -> AsyncStream[RawMessageStreamEvent]:
+        """One streamed Messages call."""
         system, messages = to_anthropic_messages(request.instructions, request.messages)
         params: dict[str, Any] = {
             "model": self.model,
@@ -112,25 +90,22 @@ class AnthropicLLM:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
-        try:
-            stream = await self._client().messages.create(**params)
-        except Exception as exc:
-            mapped = _map_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
-        assembler = _StreamAssembler()
-        try:
-            async with aclosing(_events(stream)) as events:
-                async for event in events:
-                    delta = assembler.add(event)
-                    # Outside the mapping on purpose: a failing sink is the caller's error,
-                    # not the provider's.
-                    if delta and on_text is not None:
-                        await on_text(delta)
-        finally:
-            await stream.close()
-        return assembler.response()
+        stream: AsyncStream[RawMessageStreamEvent] = await client.messages.create(**params)
+        return stream
+
+    def _assembler(self, request: LLMRequest) -> _StreamAssembler:
+        return _StreamAssembler()
+
+    def _map_sdk_error(self, exc: Exception) -> ProviderError | None:
+        import anthropic
+
+        if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+            return transport_error(_PROVIDER, exc.__cause__ or exc)
+        if isinstance(exc, anthropic.APIStatusError):
+            # An ``error`` event inside a stream arrives as a status error of the 200 response.
+            status = exc.status_code if exc.status_code >= 400 else None
+            return classify_body(_PROVIDER, status=status, body=exc.body, message=exc.message)
+        return None
 
 
 def to_anthropic_messages(
@@ -172,7 +147,7 @@ def to_anthropic_messages(
 def _blocks(msg: Message) -> list[dict[str, Any]]:
     if msg.role == "tool":
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.tool_call_id}
-        text = _tool_text(msg)
+        text = tool_text(msg)
         if text:
             block["content"] = text
         if msg.is_error:
@@ -187,16 +162,6 @@ def _blocks(msg: Message) -> list[dict[str, Any]]:
             for call in msg.tool_calls
         )
     return blocks
-
-
-def _tool_text(msg: Message) -> str:
-    # ``content`` is the result as the model should read it; fall back to the JSON result (or
-    # the error code) so the model is never left guessing.
-    if msg.content:
-        return msg.content
-    if msg.is_error:
-        return msg.error_code or "The tool call failed"
-    return json.dumps(msg.result) if msg.result is not None else ""
 
 
 def to_anthropic_tools(tools: list[ToolSchema]) -> list[dict[str, Any]]:
@@ -291,52 +256,7 @@ def _parse_input(pieces: list[str], start: dict[str, Any]) -> dict[str, Any]:
     """A tool use's input: the streamed JSON, else the block's starting input.
 
     Input that is not a JSON object (cut off by ``max_tokens``) is kept as
-    ``{"_raw": text}``, as in the OpenAI adapter, so the tool's validation reports it to the
+    ``{"_raw": text}`` (``parse_arguments``), so the tool's validation reports it to the
     model instead of the call failing.
     """
-    raw = "".join(pieces)
-    if not raw.strip():
-        return start
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {RAW_ARGUMENTS_KEY: raw}
-    return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
-
-
-async def _events(
-    stream: AsyncStream[RawMessageStreamEvent],
-) -> AsyncGenerator[RawMessageStreamEvent]:
-    """The stream's events, with SDK and network failures turned into ``ProviderError``."""
-    try:
-        async for event in stream:
-            yield event
-    except Exception as exc:
-        mapped = _map_error(exc)
-        if mapped is None:
-            raise
-        raise mapped from exc
-
-
-def _map_error(exc: Exception) -> ProviderError | None:
-    """The ``ProviderError`` for an SDK or network failure; None for anything else."""
-    import anthropic
-
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        return transport_error(_PROVIDER, exc.__cause__ or exc)
-    if isinstance(exc, anthropic.APIStatusError):
-        kind, code, message = error_fields(exc.body)
-        # An ``error`` event inside a stream arrives as a status error of the 200 response.
-        status = exc.status_code if exc.status_code >= 400 else None
-        return classify(
-            _PROVIDER,
-            status=status,
-            message=message or exc.message,
-            error_type=kind,
-            error_code=code,
-        )
-    if is_transport_error(exc):
-        return transport_error(_PROVIDER, exc)
-    return None
+    return parse_arguments("".join(pieces), start)

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.llm import LLMRequest, LLMResponse, TextSink, ToolSchema, Usage
+from ..core.llm import LLMRequest, LLMResponse, ToolSchema, Usage
 from ..core.messages import Message, ToolCall
-from ..errors import ConfigError, ProviderError
-from ._clients import PerLoopClients, sdk_client_factory
-from ._errors import classify, error_fields, incomplete_stream, is_transport_error, transport_error
+from ..errors import ProviderError
+from ._adapter import RAW_ARGUMENTS_KEY, StreamingAdapter, parse_arguments, tool_text
+from ._errors import classify_body, incomplete_stream, transport_error
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, AsyncStream
@@ -27,9 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "to_openai_messages", "to_openai_tools"]
 
 _PROVIDER = "OpenAI"
-
-#: Tool arguments that are not a JSON object arrive as ``{RAW_ARGUMENTS_KEY: "<the text>"}``.
-RAW_ARGUMENTS_KEY = "_raw"
 
 # Chat Completions finish reasons in the vocabulary of ``LLMResponse.stop_reason``.
 _STOP_REASONS = {
@@ -40,7 +36,7 @@ _STOP_REASONS = {
 }
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(StreamingAdapter["AsyncOpenAI", "ChatCompletionChunk"]):
     """A model behind an OpenAI-compatible Chat Completions endpoint.
 
     Every call streams (``stream=True`` with usage included), so text reaches ``on_text`` as it
@@ -64,6 +60,13 @@ class OpenAICompatibleLLM:
             OpenAI itself.
     """
 
+    label = "OpenAICompatibleLLM"
+    provider = _PROVIDER
+    package = "openai"
+    scheme = "openai"
+    key_env = "OPENAI_API_KEY"
+    url_env = "OPENAI_BASE_URL"
+
     def __init__(
         self,
         model: str,
@@ -74,47 +77,18 @@ class OpenAICompatibleLLM:
         client: AsyncOpenAI | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise ConfigError(
-                "OpenAICompatibleLLM needs the openai package: pip install 'helix-dbos[openai]'"
-            ) from exc
-        if not model:
-            raise ConfigError("OpenAICompatibleLLM needs a model name")
-        self.name = f"openai:{model}"
-        self.model = model
         self.max_tokens = max_tokens
-        self._clients: PerLoopClients[AsyncOpenAI] = PerLoopClients(
-            sdk_client_factory(
-                openai.AsyncOpenAI,
-                injected=client,
-                api_key=api_key,
-                base_url=base_url,
-                key_env="OPENAI_API_KEY",
-                url_env="OPENAI_BASE_URL",
-                timeout=timeout,
-                label="OpenAICompatibleLLM",
-            )
-        )
+        super().__init__(model, api_key=api_key, base_url=base_url, timeout=timeout, client=client)
 
-    def _client(self) -> AsyncOpenAI:
-        return self._clients.get()
+    def _sdk_class(self) -> Callable[..., AsyncOpenAI]:
+        import openai
 
-    async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
-        """Run one streamed Chat Completions call.
+        return openai.AsyncOpenAI
 
-        Args:
-            request: instructions, conversation and tools.
-            on_text: receives each text delta as it arrives.
-
-        Returns:
-            The text, the tool calls (with the provider's ids) and the token usage.
-
-        Raises:
-            ProviderError: with a ``provider_*`` code; ``retryable`` says whether the step may
-                run it again.
-        """
+    async def _open(
+        self, client: AsyncOpenAI, request: LLMRequest
+    ) -> AsyncStream[ChatCompletionChunk]:
+        """One streamed Chat Completions call."""
         params: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(request.instructions, request.messages),
@@ -125,25 +99,25 @@ class OpenAICompatibleLLM:
             params["tools"] = to_openai_tools(request.tools)
         if self.max_tokens is not None:
             params["max_tokens"] = self.max_tokens
-        try:
-            stream = await self._client().chat.completions.create(**params)
-        except Exception as exc:
-            mapped = _map_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
-        assembler = _StreamAssembler(request)
-        try:
-            async with aclosing(_chunks(stream)) as chunks:
-                async for chunk in chunks:
-                    delta = assembler.add(chunk)
-                    # Outside the mapping on purpose: a failing sink is the caller's error,
-                    # not the provider's.
-                    if delta and on_text is not None:
-                        await on_text(delta)
-        finally:
-            await stream.close()
-        return assembler.response()
+        stream: AsyncStream[ChatCompletionChunk] = await client.chat.completions.create(**params)
+        return stream
+
+    def _assembler(self, request: LLMRequest) -> _StreamAssembler:
+        return _StreamAssembler(request)
+
+    def _map_sdk_error(self, exc: Exception) -> ProviderError | None:
+        import openai
+
+        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+            return transport_error(_PROVIDER, exc.__cause__ or exc)
+        if isinstance(exc, openai.APIError):
+            # A status error is a response's; any other is an error event inside the stream:
+            # no status, only the body.
+            status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+            return classify_body(
+                _PROVIDER, status=status, body=exc.body, message=exc.message, code=exc.code
+            )
+        return None
 
 
 def to_openai_messages(instructions: str, messages: list[Message]) -> list[dict[str, Any]]:
@@ -158,7 +132,7 @@ def to_openai_messages(instructions: str, messages: list[Message]) -> list[dict[
     for msg in messages:
         if msg.role == "tool":
             out.append(
-                {"role": "tool", "tool_call_id": msg.tool_call_id, "content": _tool_text(msg)}
+                {"role": "tool", "tool_call_id": msg.tool_call_id, "content": tool_text(msg)}
             )
         elif msg.role == "assistant" and msg.tool_calls:
             out.append(
@@ -194,16 +168,6 @@ def to_openai_tools(tools: list[ToolSchema]) -> list[dict[str, Any]]:
         }
         for tool in tools
     ]
-
-
-def _tool_text(msg: Message) -> str:
-    # ``content`` is the result as the model should read it; fall back to the JSON result (or
-    # the error code) so a tool message never reaches the provider empty.
-    if msg.content:
-        return msg.content
-    if msg.is_error:
-        return msg.error_code or "The tool call failed"
-    return json.dumps(msg.result) if msg.result is not None else ""
 
 
 @dataclass
@@ -277,7 +241,7 @@ class _StreamAssembler:
             ToolCall(
                 id=slot.id or self._fallback_id(i),
                 name=slot.name,
-                input=_parse_arguments(slot.arguments),
+                input=parse_arguments(slot.arguments),
             )
             for i, (_, slot) in enumerate(sorted(self._calls.items()))
         ]
@@ -294,63 +258,3 @@ class _StreamAssembler:
         r = self._request
         seed = f"{r.session_id}:{r.run_id}:{r.step}:{len(r.messages)}:{index}"
         return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
-
-
-def _parse_arguments(raw: str) -> dict[str, Any]:
-    """The call's arguments as a JSON object.
-
-    Arguments that are not a JSON object (truncated by ``max_tokens``, or malformed) are kept
-    as ``{"_raw": text}`` rather than failing the call: the tool's input validation then
-    rejects them and the model sees a failed tool result it can correct.
-    """
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {RAW_ARGUMENTS_KEY: raw}
-    return value if isinstance(value, dict) else {RAW_ARGUMENTS_KEY: raw}
-
-
-async def _chunks(stream: AsyncStream[ChatCompletionChunk]) -> AsyncGenerator[ChatCompletionChunk]:
-    """The stream's chunks, with SDK and network failures turned into ``ProviderError``."""
-    try:
-        async for chunk in stream:
-            yield chunk
-    except Exception as exc:
-        mapped = _map_error(exc)
-        if mapped is None:
-            raise
-        raise mapped from exc
-
-
-def _map_error(exc: Exception) -> ProviderError | None:
-    """The ``ProviderError`` for an SDK or network failure; None for anything else."""
-    import openai
-
-    if isinstance(exc, ProviderError):
-        return exc
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        return transport_error(_PROVIDER, exc.__cause__ or exc)
-    if isinstance(exc, openai.APIStatusError):
-        kind, code, message = error_fields(exc.body)
-        return classify(
-            _PROVIDER,
-            status=exc.status_code,
-            message=message or exc.message,
-            error_type=kind,
-            error_code=code or exc.code,
-        )
-    if isinstance(exc, openai.APIError):
-        # An error event inside the stream: no status, only the body.
-        kind, code, message = error_fields(exc.body)
-        return classify(
-            _PROVIDER,
-            status=None,
-            message=message or exc.message,
-            error_type=kind,
-            error_code=code or exc.code,
-        )
-    if is_transport_error(exc):
-        return transport_error(_PROVIDER, exc)
-    return None

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.events import event
-from ..core.humanize import humanize_client_tool_error
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
 from ..core.owner import SessionOwner
+from ..core.pairing import not_executed_results
 from ..core.session import CallKind, PendingCall, SessionState
 from ..errors import AgentAlreadyRunningError, SessionNotFoundError
 from ..store.connection import AsyncConnection
@@ -36,7 +36,6 @@ __all__ = [
     "entry_messages",
     "open_turn",
     "start_child_session",
-    "unpaired_tool_calls",
     "waiting_for",
 ]
 
@@ -95,18 +94,6 @@ def busy_error(state: SessionState) -> AgentAlreadyRunningError:
         sessionId=sid,
         runId=state.run_id,
     )
-
-
-def unpaired_tool_calls(history: list[Message]) -> list[tuple[str, str]]:
-    """``(tool_call_id, tool_name)`` of every tool_use without a tool_result, in order."""
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
-    return [
-        (call.id, call.name)
-        for m in history
-        if m.role == "assistant"
-        for call in m.tool_calls
-        if call.id not in answered
-    ]
 
 
 def entry_messages(message: str | None, turn_id: str) -> list[Message]:
@@ -186,17 +173,7 @@ async def open_turn(
         saved, _ = await store.update([session_id], claim, conn=conn, prior=Prior(existing))
         state = saved[session_id]
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
-    healed = [
-        Message(
-            role="tool",
-            tool_call_id=tcid,
-            tool_name=name,
-            is_error=True,
-            error_code="not_executed",
-            content=humanize_client_tool_error("not_executed", name),
-        )
-        for tcid, name in unpaired_tool_calls(history)
-    ]
+    healed = not_executed_results(history)
     entry = entry_messages(message, turn_id)
     await store.append_messages(session_id, turn_id, healed + entry, conn)
     events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]

@@ -37,11 +37,11 @@ from typing import Any, Literal
 from dbos import DBOS, SetWorkflowID
 
 from ..core.events import event
-from ..core.humanize import humanize_client_tool_error
 from ..core.llm import LLMResponse
 from ..core.markers import entry_input_run, is_input_row, is_sub_agent_notification
 from ..core.markers import mark_entry_input as _mark
 from ..core.messages import Message
+from ..core.pairing import not_executed_results, unpaired_tool_calls
 from ..core.session import SessionState
 from ..errors import (
     AgentAlreadyRunningError,
@@ -55,7 +55,7 @@ from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows
 from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names, notes
 from .context import current, workflow_task
-from .entry import ACTIVE_STATUSES, unpaired_tool_calls
+from .entry import ACTIVE_STATUSES
 from .once import FENCED, exactly_once, step_connection
 from .plan import plan_calls
 from .records import (
@@ -142,20 +142,9 @@ def _drained(state: SessionState, live: list[LogRow]) -> list[Message]:
     return out
 
 
-def _heals(rows: list[LogRow | Message], also_answered: list[Message]) -> list[Message]:
+def _heals(rows: list[LogRow | Message]) -> list[Message]:
     """``not_executed`` results for tool calls left without one (every provider needs one)."""
-    history = [r.message if isinstance(r, LogRow) else r for r in rows] + also_answered
-    return [
-        Message(
-            role="tool",
-            tool_call_id=tcid,
-            tool_name=name,
-            is_error=True,
-            error_code="not_executed",
-            content=humanize_client_tool_error("not_executed", name),
-        )
-        for tcid, name in unpaired_tool_calls(history)
-    ]
+    return not_executed_results([r.message if isinstance(r, LogRow) else r for r in rows])
 
 
 def plan_retry(
@@ -204,7 +193,7 @@ def plan_retry(
         if message is not None and first_input is None:
             tail.append(given(message))
         desired: list[LogRow | Message] = list(target)
-        return Reshape(desired + _heals(desired, []) + tail)
+        return Reshape(desired + _heals(desired) + tail)
 
     committed = any(r.run_id == failed and r.message.role == "assistant" for r in live)
     own = next(
@@ -219,7 +208,7 @@ def plan_retry(
         # Rule 5: drain first, then the stashed message (a given one replaces it).
         keep: list[LogRow | Message] = list(live)
         keep += drained
-        return Reshape(keep + _heals(keep, []) + [given(message or stashed)])
+        return Reshape(keep + _heals(keep) + [given(message or stashed)])
     if not committed and own is not None:
         # Rules 2 and 4: rewind to just before the run's own input and re-append it (a given
         # message replaces it), with the rows after it.
@@ -237,7 +226,7 @@ def plan_retry(
     keep = list(live)
     keep += drained
     entry: list[LogRow | Message] = [given(message)] if message is not None else []
-    return Reshape(keep + _heals(keep, []) + entry)
+    return Reshape(keep + _heals(keep) + entry)
 
 
 def plan_rewind(agent: Any, target: list[LogRow]) -> Reshape:
@@ -255,7 +244,7 @@ def plan_rewind(agent: Any, target: list[LogRow]) -> Reshape:
             )
         return Reshape(list(target), batch=list(last.tool_calls))
     desired: list[LogRow | Message] = list(target)
-    return Reshape([*desired, *_heals(desired, [])])
+    return Reshape([*desired, *_heals(desired)])
 
 
 # -- applying it ----------------------------------------------------------------------------
