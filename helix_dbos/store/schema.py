@@ -15,6 +15,8 @@ __all__ = [
     "HIBERNATED_DUE",
     "HIBERNATED_DUE_INDEX",
     "HIBERNATED_ROW",
+    "LIVE_ROW",
+    "LIVE_UPDATED_INDEX",
     "TABLE_PREFIX",
     "VERSION_TABLE",
     "adoptions",
@@ -47,6 +49,15 @@ HIBERNATED_DUE = {
 HIBERNATED_ROW = {
     "postgresql": "(metadata -> 'hibernated') IS NOT NULL",
     "sqlite": "json_extract(metadata, '$.hibernated') IS NOT NULL",
+}
+#: Revision 0011's partial index on ``updated_at`` of the live rows (a turn active, not
+#: hibernated), per dialect: its predicate, which the reconciler's page repeats verbatim.
+LIVE_UPDATED_INDEX = "ix___agents_states_live_updated_at"
+LIVE_ROW = {
+    "postgresql": "status IN ('running', 'suspended_client_tool') "
+    "AND (metadata -> 'hibernated') IS NULL",
+    "sqlite": "status IN ('running', 'suspended_client_tool') "
+    "AND json_extract(metadata, '$.hibernated') IS NULL",
 }
 
 metadata = sa.MetaData(

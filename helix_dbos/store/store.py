@@ -74,7 +74,7 @@ from .batch import (
 )
 from .faults import is_transient
 from .history import LIVE_MESSAGE
-from .schema import HIBERNATED_ROW, checkpoints, events, messages, states, usage
+from .schema import LIVE_ROW, checkpoints, events, messages, states, usage
 
 __all__ = [
     "OWNERSHIP_ATTEMPTS",
@@ -818,9 +818,8 @@ class SessionStore:
         active_statuses = ["running", "suspended_client_tool"]
         query = states.select().where(states.c.updated_at < cutoff)
         if active:
-            query = query.where(states.c.status.in_(active_statuses)).where(
-                sa.text(f"NOT ({HIBERNATED_ROW[self.dialect]})")
-            )
+            # Revision 0011's predicate, verbatim: the page is read off its partial index.
+            query = query.where(sa.text(LIVE_ROW[self.dialect]))
         else:
             query = query.where(states.c.status.not_in(active_statuses))
         if workflow_ids is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
@@ -15,6 +16,7 @@ from helix_dbos.store.hibernated import (
     touched_hibernated,
 )
 from helix_dbos.store.migrate import upgrade
+from helix_dbos.store.schema import LIVE_ROW, LIVE_UPDATED_INDEX
 from helix_dbos.store.store import SessionStore
 
 
@@ -92,6 +94,39 @@ async def test_revision_0010_creates_the_index_the_query_uses(db_url: str) -> No
                 )
                 assert DUE_INDEX in plan
         assert found is not None
+    finally:
+        await store.close()
+
+
+async def test_revision_0011_creates_the_index_the_reconcilers_page_uses(db_url: str) -> None:
+    """The reconciler's page of live sessions reads revision 0011's partial index, which
+    holds no hibernated row (before it, the page walked every hibernated session)."""
+    store = await _store(db_url)
+    try:
+        live = LIVE_ROW[store.dialect]
+        query = (
+            f"SELECT session_id FROM __agents_states WHERE updated_at < :cutoff AND {live} "
+            "ORDER BY updated_at LIMIT 10"
+        )
+        cutoff = {"cutoff": datetime.now(UTC)}
+        async with store.engine.connect() as conn:
+            if store.dialect == "postgresql":
+                found = await conn.scalar(
+                    sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                    {"n": LIVE_UPDATED_INDEX},
+                )
+                await conn.execute(sa.text("SET enable_seqscan = off"))
+                rows = await conn.execute(sa.text(f"EXPLAIN {query}"), cutoff)
+                plan = "\n".join(str(r[0]) for r in rows)
+            else:
+                found = await conn.scalar(
+                    sa.text("SELECT sql FROM sqlite_master WHERE name = :n"),
+                    {"n": LIVE_UPDATED_INDEX},
+                )
+                rows = await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query}"), cutoff)
+                plan = "\n".join(str(r[-1]) for r in rows)
+        assert found is not None
+        assert LIVE_UPDATED_INDEX in plan, plan
     finally:
         await store.close()
 
