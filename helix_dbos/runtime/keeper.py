@@ -2,9 +2,9 @@
 
 A live parked turn's deadline fires inside its workflow (``DBOS.recv``'s timeout). A
 hibernated turn has no workflow, so every runtime runs a keeper: every
-``deadline_keeper_seconds`` it reads the hibernated sessions that are due (revision 0010's
-index, ``store/hibernated.py``), claims each (a compare-and-swap that moves its due time to the
-end of a lease, so two processes fire a batch once) and starts its continuation, whose results
+``deadline_keeper_seconds`` it claims the hibernated sessions that are due, a page at a time
+(revision 0010's index, ``store/hibernated.py``: the claim moves each row's due time to the end
+of a lease, so two processes fire a batch once) and starts their continuations, whose results
 commit turns each lapsed call into the ``client_tool_timeout`` result the model sees, logs
 ``client_tool.timeout`` and counts ``client_tool_timeout``, exactly as a live park's deadline.
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 
+from ..core.session import SessionState
 from ..observability.log import log_event
-from ..store.hibernated import claim_due, due_sessions
+from ..store.hibernated import claim_due_page
 from ..store.store import now_ms
 from .context import RuntimeContext
 from .continuation import start_continuation
@@ -31,37 +31,33 @@ LEASE_MS = 30_000
 commit leaves the batch due again after this."""
 _PAGE = 200
 _AT_ONCE = 8
-"""Claims and starts in flight at once (each holds a database connection while it runs)."""
+"""Continuation starts in flight at once (each holds a database connection while it runs)."""
 
 
 async def keep_once(ctx: RuntimeContext) -> int:
     """One pass: claim and continue every due batch whose agent this process runs; how many
     continuations it started.
 
-    A page of due rows is claimed and started ``_AT_ONCE`` at a time, in an order of this
-    keeper's own: two keepers reading the same page then mostly claim different rows instead
-    of queueing on the same row's lock.
+    A page of due rows is claimed at once (``claim_due_page``: on Postgres one statement,
+    which skips the rows another keeper is claiming) and their continuations are started
+    ``_AT_ONCE`` at a time.
     """
     started = 0
     gate = asyncio.Semaphore(_AT_ONCE)
+    agents = [a.name for a in ctx.registry]
 
-    async def one(session_id: str, now: int) -> tuple[bool, bool]:
+    async def one(claimed: SessionState) -> bool:
         async with gate:
-            claimed = await claim_due(ctx.store, session_id, now, LEASE_MS)
-            if claimed is None:
-                return False, False
             if await start_continuation(ctx, claimed) is None:
-                return True, False
+                return False
             log_event("turn.continuation_due", sessionId=claimed.session_id, runId=claimed.run_id)
-            return True, True
+            return True
 
     while True:
-        now = now_ms()
-        due = await due_sessions(ctx.store, now, _PAGE, [a.name for a in ctx.registry])
-        random.shuffle(due)
-        done = await asyncio.gather(*(one(session_id, now) for session_id in due))
-        started += sum(1 for _, ran in done if ran)
-        if len(due) < _PAGE or not any(claimed for claimed, _ in done):
+        page = await claim_due_page(ctx.store, now_ms(), LEASE_MS, _PAGE, agents)
+        done = await asyncio.gather(*(one(claimed) for claimed in page))
+        started += sum(done)
+        if len(page) < _PAGE:
             return started
 
 

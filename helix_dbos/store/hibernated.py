@@ -22,11 +22,19 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..core.session import SessionState
+from . import row as session_row
 from .schema import HIBERNATED_DUE, HIBERNATED_DUE_INDEX, HIBERNATED_ROW, states
 from .store import NoChange, SessionStore
 from .store import _state_from_row as state_from_row
 
-__all__ = ["DUE_INDEX", "claim_due", "due_expression", "due_sessions", "touched_hibernated"]
+__all__ = [
+    "DUE_INDEX",
+    "claim_due",
+    "claim_due_page",
+    "due_expression",
+    "due_sessions",
+    "touched_hibernated",
+]
 
 DUE_INDEX = HIBERNATED_DUE_INDEX
 """The partial expression index of revision 0010."""
@@ -71,6 +79,54 @@ async def claim_due(
 
     saved, claimed = await store.update([session_id], claim)
     return saved[session_id] if claimed else None
+
+
+#: Postgres: a page of due rows claimed in one statement. Rows another transaction holds (a
+#: second keeper's claim, a submit, a stop) are skipped, not waited for: two keepers claim
+#: disjoint pages, and a skipped row that is still due is read by the next pass. The claim
+#: moves the row's version on as any write does, so a writer that read it before fails its
+#: compare-and-swap and reads it again.
+_CLAIM_PAGE = f"""
+    WITH due AS (
+        SELECT session_id FROM __agents_states
+        WHERE {HIBERNATED_ROW["postgresql"]} AND {HIBERNATED_DUE["postgresql"]} <= %(now)s
+            AND agent_type = ANY(%(types)s)
+        ORDER BY {HIBERNATED_DUE["postgresql"]}
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE __agents_states AS s
+    SET metadata = jsonb_set(s.metadata, '{{hibernated,dueAt}}', to_jsonb(%(until)s::bigint)),
+        version = s.version + 1, updated_at = now()
+    FROM due
+    WHERE s.session_id = due.session_id
+    RETURNING {session_row.select_list("s")}
+"""
+
+
+async def claim_due_page(
+    store: SessionStore, now: int, lease_ms: int, limit: int, agent_types: Sequence[str]
+) -> list[SessionState]:
+    """Claim up to ``limit`` due batches of ``agent_types`` (the most overdue first): each
+    row's ``dueAt`` moves to ``now + lease_ms``; the claimed rows.
+
+    On Postgres one statement claims the page (``_CLAIM_PAGE``); on SQLite (one writer at a
+    time) each due row is claimed by its own compare-and-swap (``claim_due``).
+    """
+    if not agent_types:
+        return []
+    if store.dialect == "postgresql":
+        rows = await store.write_statement(
+            _CLAIM_PAGE,
+            {"now": now, "types": list(agent_types), "limit": limit, "until": now + lease_ms},
+        )
+        return [session_row.decode_tuple(r) for r in rows]
+    claimed = []
+    for session_id in await due_sessions(store, now, limit, agent_types):
+        state = await claim_due(store, session_id, now, lease_ms)
+        if state is not None:
+            claimed.append(state)
+    return claimed
 
 
 async def touched_hibernated(

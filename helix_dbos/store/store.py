@@ -458,6 +458,17 @@ class SessionStore:
         assert self._lean is not None
         return await self._lean.fetch(sql, params)
 
+    async def write_statement(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Postgres: run one statement that writes, alone in its own transaction (autocommit,
+        on the commit connections), and return its rows. For a write that a single statement
+        decides whole (the deadline keeper's claim of a page); not retried: its caller tries
+        again later.
+        """
+        assert self._lean_tx is not None, "write_statement is for Postgres"
+        return await self._lean_tx.fetch(sql, params)
+
     @asynccontextmanager
     async def _read(
         self, conn: AsyncConnection | None, reads: Iterable[str] = (STATES,)

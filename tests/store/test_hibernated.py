@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
 import sqlalchemy as sa
 
 from helix_dbos.core.session import SessionState
+from helix_dbos.errors import StaleStateError
 from helix_dbos.store.hibernated import (
     DUE_INDEX,
     claim_due,
+    claim_due_page,
     due_expression,
     due_sessions,
     touched_hibernated,
@@ -54,6 +57,53 @@ async def test_due_sessions_are_read_in_due_order_and_claimed_once(db_url: str) 
         assert await due_sessions(store, 35_000, 10, ["a"]) == ["late", "future", "early"]
         assert await claim_due(store, "future", 5_000, 30_000) is None
         assert await claim_due(store, "awake", 5_000, 30_000) is None
+    finally:
+        await store.close()
+
+
+async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(db_url: str) -> None:
+    """Two keepers claiming pages at once claim every due batch exactly once, the most
+    overdue first; a claimed batch is leased (not due again before the lease ends), its row's
+    version moved on (a writer that read it before loses its compare-and-swap), and rows
+    that are not due, not hibernated or of another agent are never claimed."""
+    store = await _store(db_url)
+    try:
+        for i in range(30):
+            await _hibernated(store, f"due-{i:02}", 1_000 + i)
+        await _hibernated(store, "future", 9_000)
+        await _hibernated(store, "awake", None)
+        other = SessionState(
+            session_id="other-agent",
+            agent_type="b",
+            root_session_id="other-agent",
+            status="suspended_client_tool",
+            run_id="run_1",
+            metadata={"hibernated": {"at": 1, "workflowId": "w", "step": 0, "dueAt": 5}},
+        )
+        await store.create_session(other)
+        before = await store.get("due-00")
+
+        async def keeper() -> list[SessionState]:
+            # As a keeper's pass does: pages until one comes back short.
+            got: list[SessionState] = []
+            while True:
+                page = await claim_due_page(store, 5_000, 30_000, 20, ["a"])
+                got += page
+                if len(page) < 20:
+                    return got
+
+        passes = await asyncio.gather(keeper(), keeper())
+        claimed = [s.session_id for got in passes for s in got]
+        assert sorted(claimed) == [f"due-{i:02}" for i in range(30)]  # each once, no other
+        for got in passes:
+            for state in got:
+                assert state.metadata["hibernated"]["dueAt"] == 35_000
+        assert await claim_due_page(store, 5_000, 30_000, 20, ["a"]) == []  # leased
+        again = await claim_due_page(store, 35_000, 30_000, 100, ["a"])
+        assert again[0].session_id == "future"  # the most overdue first
+        assert {s.session_id for s in again} == {f"due-{i:02}" for i in range(30)} | {"future"}
+        with pytest.raises(StaleStateError):
+            await store.save(before)  # read before the claims: its swap loses
     finally:
         await store.close()
 
