@@ -12,7 +12,6 @@ inbox entry) is enlisted in the store's transaction instead (``send_in_transacti
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import StaleStateError
@@ -109,21 +108,17 @@ async def enlist(
     ``DBOS.send(..., idempotency_key=key)`` keys it, and send the transaction's writes: the
     message is the transaction's last write (nothing may be sent after it).
 
-    On Postgres the message row rides in the transaction's one statement (``WriteBatch``):
-    the row ``DBOSClient.send_in_transaction`` inserts, in DBOS's portable JSON format, with
-    the key DBOS derives from an idempotency key (``<key>::<workflow id>``), so a duplicate is
-    dropped as DBOS drops it. DBOS's client builds and compiles that statement anew on every
-    call, which cost more than the rest of a submit. ``tests/runtime/test_wake.py`` checks
-    that DBOS's ``recv`` reads the row as its own, and that the row matches the one DBOS's
-    client writes. Elsewhere (SQLite) DBOS's public ``DBOSClient.send_in_transaction`` does it.
+    On Postgres the message row rides in the transaction's one statement (``WriteBatch``),
+    in DBOS's row format, which ``store/dbos_messages.py`` alone knows (a duplicate key is
+    dropped as DBOS drops it). Elsewhere (SQLite) DBOS's public
+    ``DBOSClient.send_in_transaction`` writes it.
 
     Raises:
         sqlalchemy.exc.IntegrityError: ``workflow_id`` does not exist (Postgres).
     """
     batch = current_batch(conn)
     if batch is not None:
-        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
-        batch.notify(workflow_id, topic, text, f"{key}::{workflow_id}")
+        batch.notify(workflow_id, topic, message, key)
         # The transaction's last write (both callers enlist last): alone, it needs no BEGIN.
         await batch.flush(last=True)
         return

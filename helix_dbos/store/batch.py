@@ -45,6 +45,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import StaleStateError
+from . import dbos_messages
 from . import row as session_row
 from .pg import fetch, fetch_last
 
@@ -76,8 +77,6 @@ ALL: frozenset[str] = frozenset(
     {STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS, OUTBOX}
 )
 
-#: DBOS's name of its portable (plain JSON) serialization, which every DBOS client reads.
-PORTABLE_JSON = "portable_json"
 
 _batch: ContextVar[WriteBatch | None] = ContextVar("helix_store_batch", default=None)
 
@@ -177,20 +176,8 @@ _PARTS: dict[str, str] = {
             queued_messages integer, state jsonb, created_at timestamptz)
         WHERE TRUE /*guard*/
     )""",
-    # A message to a DBOS workflow, the row ``DBOSClient.send_in_transaction`` would insert
-    # (see ``notify``); DBOS's own trigger NOTIFYs the waiter when the transaction commits.
-    "notifications": """
-    new_notifications AS (
-        INSERT INTO dbos.notifications (destination_uuid, topic, message, message_uuid,
-            serialization)
-        SELECT r.destination_uuid, r.topic, r.message, r.message_uuid, r.serialization
-        FROM jsonb_to_recordset(%(notifications)s::jsonb) AS r(i integer,
-            destination_uuid text, topic text, message text, message_uuid text,
-            serialization text)
-        WHERE TRUE /*guard*/
-        ORDER BY r.i
-        ON CONFLICT (message_uuid) DO NOTHING
-    )""",
+    # A message to a DBOS workflow, in DBOS's row format (``dbos_messages``).
+    "notifications": dbos_messages.INSERT_CTE,
     # The events of parked calls an app's hooks are told (``store/outbox.py``); a second row
     # with the same key (a replayed commit) is dropped.
     "outbox": """
@@ -373,19 +360,14 @@ class WriteBatch:
         self._usage.extend(rows)
         self._dirty.add(USAGE)
 
-    def notify(self, workflow_id: str, topic: str, message: str, message_id: str) -> None:
-        """Queue a message to DBOS workflow ``workflow_id`` on ``topic``: ``message`` is its
-        JSON (DBOS's portable format), ``message_id`` its idempotency row key (a second row
-        with the same key is dropped, as DBOS drops it)."""
+    def notify(self, workflow_id: str, topic: str, message: Any, idempotency_key: str) -> None:
+        """Queue ``message`` (JSON-serializable) to DBOS workflow ``workflow_id`` on ``topic``,
+        as ``DBOS.send(..., idempotency_key=...)`` would write it (``dbos_messages``): a second
+        message with the same key is dropped, as DBOS drops it."""
         self._notifications.append(
-            {
-                "i": len(self._notifications),
-                "destination_uuid": workflow_id,
-                "topic": topic,
-                "message": message,
-                "message_uuid": message_id,
-                "serialization": PORTABLE_JSON,
-            }
+            dbos_messages.message_row(
+                workflow_id, topic, message, idempotency_key, len(self._notifications)
+            )
         )
         self._dirty.add(NOTIFICATIONS)
 

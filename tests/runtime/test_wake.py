@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from helix_dbos.runtime import names, wake
 from helix_dbos.runtime.records import TurnMessage
-from helix_dbos.store import pg
+from helix_dbos.store import dbos_messages, pg
 from helix_dbos.store.schema import states
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import editor_agent
@@ -192,7 +192,7 @@ async def test_an_enlisted_message_is_the_row_dbos_writes(
     assert [r.message_uuid for r in rows] == [f"key2::{workflow_id}", f"key::{workflow_id}"]
     theirs, mine = ({k: v for k, v in r._mapping.items() if k != "message_uuid"} for r in rows)
     assert mine == theirs
-    assert mine["serialization"] == "portable_json"
+    assert mine["serialization"] == dbos_messages.PORTABLE_JSON
 
 
 async def test_a_submit_is_one_read_and_one_statement_on_postgres(
