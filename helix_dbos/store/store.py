@@ -40,7 +40,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -57,7 +56,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..observability.log import log_event
-from . import pg
+from . import pg, sqlite
 from . import row as session_row
 from .batch import (
     ALL,
@@ -262,32 +261,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _set_sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # Serialize writers and wait out lock contention, as DBOS's own SQLite engines do.
-    dbapi_conn.isolation_level = "IMMEDIATE"
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
-
-
-def _keep_immediate_transactions(dialect: Any) -> None:
-    """Keep SQLite transactions ``BEGIN IMMEDIATE`` whatever isolation level a caller sets.
-
-    SQLAlchemy's SQLite dialect resets the driver to deferred ``BEGIN`` whenever an isolation
-    level is applied (DBOS applies one on every transaction it opens). A deferred
-    transaction that reads and then writes can fail at once with "database is locked" when
-    another writer got in between; an immediate one waits its turn (busy_timeout).
-    """
-    original = dialect.set_isolation_level
-
-    def set_isolation_level(dbapi_connection: Any, level: Any) -> None:
-        original(dbapi_connection, level)
-        if level != "AUTOCOMMIT":
-            dbapi_connection.isolation_level = "IMMEDIATE"
-
-    dialect.set_isolation_level = set_isolation_level
-
-
 def _state_from_row(found: sa.Row[Any]) -> SessionState:
     return session_row.decode(found._mapping)
 
@@ -412,8 +385,7 @@ class SessionStore:
         urls = parse_database_url(database_url)
         if urls.is_sqlite:
             engine = create_async_engine(urls.async_)
-            sa_event.listens_for(engine.sync_engine, "connect")(_set_sqlite_pragmas)
-            _keep_immediate_transactions(engine.sync_engine.dialect)
+            sqlite.configure(engine)
         else:
             engine = create_async_engine(
                 urls.async_,
@@ -499,20 +471,9 @@ class SessionStore:
             yield conn
             return
         async with self.engine.begin() as new_conn:
-            await self._hold_writes(new_conn)
+            if self.dialect != "postgresql":
+                await sqlite.hold_writes(new_conn)
             yield new_conn
-
-    async def _hold_writes(self, conn: AsyncConnection) -> None:
-        """On SQLite, take the database's write lock as the transaction opens.
-
-        The driver sends its ``BEGIN IMMEDIATE`` only before the first write, so the reads
-        before it would run outside the transaction, and another writer could commit between
-        what a body read and what it then writes (a message delivered to a persistent workflow
-        that hibernated meanwhile, say). Held from the start, what a body reads stays true
-        until it commits, as under Postgres's row locks. Postgres: nothing to do.
-        """
-        if self.dialect != "postgresql":
-            await conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     @staticmethod
     @contextmanager
@@ -569,7 +530,7 @@ class SessionStore:
                 return await self._lean_once(body)
             async with self.engine.begin() as conn:
                 if self.dialect != "postgresql":
-                    await self._hold_writes(conn)
+                    await sqlite.hold_writes(conn)
                     token = _bound.set(conn)
                     try:
                         return await body(conn)
