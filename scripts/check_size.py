@@ -11,10 +11,11 @@ when code not listed breaks a limit, when a listed entry grows past its recorded
 a listed entry no longer exists (a stale entry). A listed entry that shrank is reported, so the
 baseline can be tightened with ``--update``.
 
-Names: a module by its path (``helix_dbos/cli.py``), a function by its module and qualified name
-(``helix_dbos/cli.py:Class.method``, a nested function as ``outer.inner``). A function's lines
-run from its ``def`` (or its first decorator) to its last line. Two definitions with one name
-(a property's getter and setter) are measured as one, by the larger.
+Names: a module by its path (``helix_dbos/store/store.py``), a function by its module and
+qualified name (``helix_dbos/store/store.py:Class.method``, a nested function as
+``outer.inner``). A function's lines run from its ``def`` (or its first decorator) to its last
+line. Two definitions with one name (a property's getter and setter) are measured as one, by the
+larger.
 """
 
 from __future__ import annotations

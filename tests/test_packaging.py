@@ -69,6 +69,14 @@ def test_wheel_contains_the_alembic_scripts(wheel: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"helix_dbos"}
 
 
+def test_wheel_ships_every_module_of_the_package(wheel: Path) -> None:
+    """Every module under helix_dbos/ is in the wheel (a new subpackage is listed in
+    pyproject.toml's packages, or the installed package misses it)."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "helix_dbos").rglob("*.py")}
+    assert sorted(sources - names) == []
+
+
 def test_wheel_ships_the_demo_page(wheel: Path) -> None:
     """The demo page's HTML, script and stylesheet are package data: no build step needed."""
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -1,0 +1,135 @@
+"""``helix-dbos sessions``, ``inspect`` and ``checkpoints``: reading sessions.
+
+The read model and its text are ``helix_dbos.inspect``; the checkpoints come from
+``runtime.lifecycle`` (the points a rewind or retry can use, docs/lifecycle.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from .command import EXIT_OK, Command, CommandError
+from .operator import add_database_options, print_json, with_operator
+
+if TYPE_CHECKING:
+    from ..runtime.operator import Operator
+
+__all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS"]
+
+
+def _configure_sessions(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--status", help="only sessions with this status (e.g. suspended_client_tool)"
+    )
+    parser.add_argument("--agent", help="only sessions of this agent type")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        metavar="N",
+        help="at most N sessions, newest first (default: 20)",
+    )
+    add_database_options(parser)
+
+
+def _run_sessions(args: argparse.Namespace) -> int:
+    from ..inspect import list_sessions, render_sessions
+
+    if args.limit < 1:
+        raise CommandError("--limit must be at least 1")
+
+    async def work(operator: Operator) -> Any:
+        return await list_sessions(
+            operator, status=args.status, agent_type=args.agent, limit=args.limit
+        )
+
+    rows = with_operator(args, work)
+    if args.json:
+        print_json([r.dump() for r in rows])
+    else:
+        print(render_sessions(rows))
+    return EXIT_OK
+
+
+def _configure_inspect(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="the session id")
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=10,
+        metavar="N",
+        help="show the last N messages (default: 10)",
+    )
+    add_database_options(parser)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from ..inspect import inspect_session, render_report
+
+    async def work(operator: Operator) -> Any:
+        return await inspect_session(operator, args.session, messages=args.messages)
+
+    report = with_operator(args, work)
+    if args.json:
+        print_json(report.dump())
+    else:
+        print(render_report(report))
+    return EXIT_OK
+
+
+def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="the session id")
+    add_database_options(parser)
+
+
+def _run_checkpoints(args: argparse.Namespace) -> int:
+    from ..runtime.lifecycle import checkpoints_of
+
+    async def work(operator: Operator) -> Any:
+        return await checkpoints_of(operator.store, args.session)
+
+    rows = with_operator(args, work)
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print(f"{args.session} has no checkpoints")
+        return EXIT_OK
+    header = ("CHECKPOINT", "KIND", "RUN", "STEP", "MESSAGES", "CREATED")
+    lines = [header] + [
+        (
+            r["checkpointId"],
+            r["kind"],
+            r["runId"] or "-",
+            str(r["step"]),
+            str(r["messageCount"]),
+            r["createdAt"],
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+SESSIONS = Command(
+    name="sessions",
+    help="list recent sessions (newest first)",
+    configure=_configure_sessions,
+    run=_run_sessions,
+)
+INSPECT = Command(
+    name="inspect",
+    help="show one session: status, pending calls, ownership, tombstones, messages, "
+    "its DBOS workflow (or since when its turn is hibernated) and its sub-agent tree",
+    configure=_configure_inspect,
+    run=_run_inspect,
+)
+CHECKPOINTS = Command(
+    name="checkpoints",
+    help="list a session's checkpoints, newest first (points a rewind or retry can use)",
+    configure=_configure_checkpoints,
+    run=_run_checkpoints,
+)
