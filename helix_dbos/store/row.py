@@ -10,6 +10,7 @@ added to the table (``schema.py``, with its migration) is added here once, and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from ..core.session import PendingCall, SessionState, Tombstone
@@ -115,10 +116,11 @@ def decode(m: Mapping[Any, Any]) -> SessionState:
 
 def decode_tuple(row: Sequence[Any]) -> SessionState:
     """A session from a row selected in ``COLUMNS``' order (the driver's tuples)."""
-    return _state(*(row[i] for i in _DECODED))
+    return _state(*_decoded(row))
 
 
-_DECODED = tuple(_AT[c] for c in COLUMNS if c != "event_seq")
+#: The values ``_state`` takes, picked from a selected row (every column but ``event_seq``).
+_decoded = itemgetter(*(_AT[c] for c in COLUMNS if c != "event_seq"))
 
 
 def _state(
