@@ -16,16 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.serve.serving import Served, serve_env, serving
+from tests.serve.serving import Served
+from tests.support.agui_server import ROOT, new_thread, start
 
-ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "agui_js"
-SECRET = "agui-js-tests-secret-0123456789abcdef-01"
-#: The served app: the test agents (importable: ``serve`` runs from the checkout).
-APP = "tests.agui.agents:agents"
 
 
 def node() -> str:
@@ -50,21 +46,6 @@ def client(scenario: str, **options: Any) -> dict[str, Any]:
     assert done.returncode == 0 and lines, (done.returncode, done.stdout, done.stderr)
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     return result
-
-
-def start(tmp_path: Path) -> Any:
-    """``helix-dbos serve`` of the test agents, with session tokens, on ``tmp_path``'s SQLite
-    file. The executor id is fixed: a restarted server recovers the turns of the one before."""
-    env = serve_env(tmp_path, HELIX_AUTH_SECRET=SECRET, HELIX_EXECUTOR_ID="agui-js-tests")
-    return serving([APP], env, ROOT)
-
-
-def new_thread(base: str) -> dict[str, str]:
-    """A thread id and its token, as a browser gets them: ``POST /chat/sessions``."""
-    made = httpx.post(f"{base}/chat/sessions", timeout=20)
-    assert made.status_code == 200, made.text
-    body: dict[str, str] = made.json()
-    return {"base": base, "threadId": body["id"], "token": body["token"]}
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 from ag_ui.core import ResumeEntry, RunFinishedInterruptOutcome, RunFinishedSuccessOutcome
 
+from tests.support.agui_server import new_thread, start
+
 from .client import AguiThread
-from .test_agui_js import new_thread, start
 
 
 async def test_server_killed_between_the_interrupt_and_the_resume(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "check_database",
     "editor_message",
     "free_port",
+    "log_time",
 ]
 
 ACTIVE = ("running", "suspended_client_tool")
@@ -147,12 +149,29 @@ class ServeProcess:
                 self.proc.kill()
                 self.proc.wait(10)
 
+    def wait_for_log(self, text: str, timeout: float = 60.0) -> str:
+        """The first line of the server's output that holds ``text``, once it is written
+        (bounded polling of the log file)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if text in line:
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} in the server's log:\n{self.log_tail()}")
+            time.sleep(0.05)
+
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the server's output (for failure messages)."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def log_time(line: str) -> float:
+    """When the server wrote a line of its text log (its leading UTC time), in epoch seconds."""
+    return datetime.fromisoformat(line.split(" ", 1)[0]).timestamp()
 
 
 @dataclass

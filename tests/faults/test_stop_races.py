@@ -25,7 +25,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from .serve import ACTIVE, ENDED, Answer, Client, ServeProcess, answer_body, check_database
+from helix_dbos.runtime import names
+
+from .serve import (
+    ACTIVE,
+    ENDED,
+    Answer,
+    Client,
+    ServeProcess,
+    answer_body,
+    check_database,
+    log_time,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres_only]
 
@@ -39,6 +50,8 @@ MODEL_DELAY_MS = 300
 GRACE_SECONDS = 1.5
 #: A message the demo editor answers with an editContent call.
 EDIT = 'replace "teh" with "the"'
+#: How long each model call takes in the test of a stop during one.
+MODEL_CALL_SECONDS = 3
 
 
 async def _wait_pending(client: Client, sid: str, tool: str) -> dict[str, Any]:
@@ -193,23 +206,32 @@ def _count(values: Any) -> dict[str, int]:
 
 
 async def test_interrupt_during_a_running_model_step(cluster_url: str, tmp_path: Path) -> None:
-    """A model call that takes 3 s is interrupted 1 s in: the turn ends ``interrupted`` and
-    stays so after the call returns (no pending call, no ownership, one ``turn_end``), and
-    the next ``/start`` runs a full turn."""
-    server = ServeProcess(cluster_url, tmp_path, env={"HELIX_DEMO_MODEL_DELAY_MS": "3000"})
+    """A model call that takes 3 s is interrupted while it runs: the turn ends
+    ``interrupted`` and stays so after the call returns (no pending call, no ownership, no
+    answer of the model, one ``turn_end``), and the next ``/start`` runs a full turn."""
+    server = ServeProcess(
+        cluster_url, tmp_path, env={"HELIX_DEMO_MODEL_DELAY_MS": str(MODEL_CALL_SECONDS * 1000)}
+    )
     server.start()
     client = Client(server.base_url)
     try:
+        sent_at = time.time()
         started = await client.request(
             "POST", "/start", json_body={"agentType": "editor", "message": EDIT}
         )
         assert started.status_code == 200, started.text
         sid, run_id = started.json()["sessionId"], started.json()["runId"]
-        assert (await client.status(sid))["status"] == "running"
-        await asyncio.sleep(1.0)  # well inside the 3 s model call
+        # The first model step starts from the committed entry before /start answers
+        # (``handover``): the model call runs already, for 3 s.
         stopped = await client.request("POST", "/interrupt", json_body={"sessionId": sid})
         assert stopped.status_code == 200 and stopped.json()["status"] == "interrupted"
-        await asyncio.sleep(3.5)  # the model call has returned and tried to commit by now
+        # The stopped turn's workflow ends once its step has returned from the model call and
+        # tried its commit; DBOS, finding it cancelled, records no outcome and says so.
+        ended = await asyncio.to_thread(
+            server.wait_for_log,
+            f"Workflow {names.turn_workflow_id(sid, run_id)} outcome was not recorded",
+        )
+        assert log_time(ended) - sent_at >= MODEL_CALL_SECONDS - 0.01, "no model call ran"
         view = await client.status(sid)
         assert view["status"] == "interrupted", view
         assert view["pendingToolCalls"] == [], view
@@ -223,8 +245,13 @@ async def test_interrupt_during_a_running_model_step(cluster_url: str, tmp_path:
                 "WHERE session_id = %s AND run_id = %s AND type = 'turn_end'",
                 (sid, run_id),
             ).fetchone()
+            roles = conn.execute(
+                'SELECT role FROM "__agents_messages" WHERE session_id = %s ORDER BY message_id',
+                (sid,),
+            ).fetchall()
         assert row is not None and row[0] == {}, row
         assert turn_ends is not None and turn_ends[0] == 1, turn_ends
+        assert [r[0] for r in roles] == ["user"], roles  # the stop came before the answer
 
         again = await client.request(
             "POST",

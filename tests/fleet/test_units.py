@@ -80,17 +80,25 @@ async def test_events_commit_wakes_subscribers_of_that_session_only(pg_url: str)
     store = await _store(pg_url)
     settings = HelixSettings(database_url=pg_url)
     signals = EventSignals(settings.urls)
+    insert = sa.text(
+        "INSERT INTO __agents_events (session_id, sequence, type, data, created_at) "
+        "VALUES (:s, 1, 'x', '{}', now())"
+    )
     try:
-        async with signals.subscribe("s1") as one, signals.subscribe("s2") as two:
-            assert one is not None and two is not None and signals.available
+        async with (
+            signals.subscribe("s1") as one,
+            signals.subscribe("s2") as two,
+            signals.subscribe("probe") as probe,
+        ):
+            assert one is not None and two is not None and probe is not None
+            assert signals.available
             async with store.engine.begin() as conn:
-                await conn.execute(
-                    sa.text(
-                        "INSERT INTO __agents_events (session_id, sequence, type, data, "
-                        "created_at) VALUES ('s1', 1, 'x', '{}', now())"
-                    )
-                )
-                await asyncio.sleep(0.2)
+                await conn.execute(insert, {"s": "s1"})
+                # A probe's event commits meanwhile, from another connection, and wakes its
+                # subscriber: a wake-up of s1's insert, sent before it, would have come first.
+                async with store.engine.begin() as other:
+                    await other.execute(insert, {"s": "probe"})
+                await asyncio.wait_for(probe.wait(), 10)
                 assert not one.is_set()  # not before the commit
             await asyncio.wait_for(one.wait(), 10)
             assert not two.is_set()

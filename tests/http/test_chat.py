@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from helix_dbos.errors import ConfigError
 from helix_dbos.http import install_error_handlers
 from helix_dbos.http.chat import create_chat_router, message_id_for
+from tests.support.ui_stream import read_chunks
 
 from .conftest import HttpServer, _free_port
 from .helpers import assert_typed, wait_status
@@ -72,16 +73,6 @@ def chat_url(http_server: HttpServer) -> Iterator[str]:
 def chat(chat_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=chat_url, timeout=20.0) as c:
         yield c
-
-
-def read_chunks(response: httpx.Response) -> list[dict[str, Any] | str]:
-    """Every ``data:`` payload of a UI message stream: chunks, and the ``[DONE]`` marker."""
-    out: list[dict[str, Any] | str] = []
-    for line in response.iter_lines():
-        if line.startswith("data: "):
-            payload = line[6:]
-            out.append(payload if payload == "[DONE]" else json.loads(payload))
-    return out
 
 
 def post_chat(

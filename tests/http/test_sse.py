@@ -3,16 +3,17 @@ an open stream waits on its session's NOTIFY without a query."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from helix_dbos.core.clock import now_ms
 from helix_dbos.core.session import SessionState
+from helix_dbos.http import sse
 
 from .conftest import HttpServer
 from .helpers import Frame, read_sse, start_parked, wait_status
@@ -159,13 +160,24 @@ def answered_without_wake_up(http_server: HttpServer, client: httpx.Client) -> s
     return str(sid)
 
 
-def wait_for(seen: list[str], count: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while len(seen) < count:
-        assert time.monotonic() < deadline, f"{len(seen)} statements, expected {count}"
-        time.sleep(0.01)
+#: The streams' heartbeat in the tests below: an idle stream sends its keep-alive this long
+#: after its last frame, ten times the 50 ms a polling stream waits between two reads.
+HEARTBEAT_SECONDS = 0.5
 
 
+@pytest.fixture
+def quick_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's streams send their keep-alive every ``HEARTBEAT_SECONDS``."""
+    monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", HEARTBEAT_SECONDS)
+
+
+def next_keep_alive(lines: Iterator[str]) -> None:
+    """Read the stream up to its next keep-alive: its wait for the session's events timed out,
+    so it had read all it reads and has waited since, idle, for one heartbeat."""
+    assert next((line for line in lines if line == ": keep-alive"), None), "the stream ended"
+
+
+@pytest.mark.usefixtures("quick_heartbeat")
 def test_attaching_reads_the_status_once_and_the_events_once(
     client: httpx.Client, http_server: HttpServer
 ) -> None:
@@ -181,13 +193,13 @@ def test_attaching_reads_the_status_once_and_the_events_once(
         client.stream("GET", "/sse", params={"sessionId": sid, "fromSequence": 5}) as response,
     ):
         assert response.status_code == 200
-        wait_for(seen, status_reads + 1)
-        time.sleep(0.5)  # anything more the attach would read
+        next_keep_alive(response.iter_lines())  # the attach has read all it reads, and waits
         assert len(seen) == status_reads + 1, seen
         assert "__agents_events" in seen[-1]
     client.post("/interrupt", json={"sessionId": sid})
 
 
+@pytest.mark.usefixtures("quick_heartbeat")
 def test_an_idle_stream_runs_no_statement_and_a_commit_wakes_it(
     client: httpx.Client, http_server: HttpServer
 ) -> None:
@@ -202,10 +214,11 @@ def test_an_idle_stream_runs_no_statement_and_a_commit_wakes_it(
         client.stream("GET", "/sse", params={"sessionId": sid, "fromSequence": 5}) as response,
     ):
         assert response.status_code == 200
-        wait_for(seen, 2)  # a status read and the events read at least
-        time.sleep(0.3)
+        lines = response.iter_lines()
+        next_keep_alive(lines)  # the stream has read the status and the events, and waits
         settled = len(seen)
-        time.sleep(1.5)
+        assert settled >= 2, seen
+        next_keep_alive(lines)  # one more heartbeat, idle
         assert seen[settled:] == [], "an idle stream ran statements"
         notified = signals.notifications
         with psycopg.connect(http_server.database_url, autocommit=True) as conn:
@@ -214,7 +227,6 @@ def test_an_idle_stream_runs_no_statement_and_a_commit_wakes_it(
                 "VALUES (%s, %s, 'probe', '{}', now())",
                 (sid, sequence),
             )
-        lines = response.iter_lines()
         assert next(line for line in lines if line.startswith("id:")) == f"id: {sequence}"
         assert signals.notifications > notified
         assert any("__agents_events" in q for q in seen[settled:])

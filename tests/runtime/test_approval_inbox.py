@@ -22,8 +22,7 @@ from helix_dbos.errors import RequestValidationError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.approvals import PendingApproval
-
-from .test_approvals import Bank, banker, script
+from tests.support.bank import Bank, banker, script
 
 #: Bounds for what happens on its own (an expiry, a turn ending): far above what it needs.
 SETTLE_SECONDS = 30.0

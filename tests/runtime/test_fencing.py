@@ -10,10 +10,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from helix_dbos.core.llm import LLMRequest, LLMResponse, TextSink
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
-from tests.runtime.test_interrupt import asker, parked, script
+from tests.support.agent_tree import tree
+from tests.support.asker import asker, parked, script
+from tests.support.in_flight import InFlight
 
 
 class GatedLLM(ScriptedLLM):
@@ -24,18 +28,11 @@ class GatedLLM(ScriptedLLM):
         self.hold = False
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
-        self.stopped = 0
-        """Held calls cancelled instead of released: a stopped turn let go of a model step
-        started for it (``handover.drop``)."""
 
     async def complete(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
         if self.hold:
             self.entered.set()
-            try:
-                await self.release.wait()
-            except asyncio.CancelledError:
-                self.stopped += 1
-                raise
+            await self.release.wait()
         return await super().complete(request, on_text)
 
 
@@ -43,27 +40,15 @@ async def events_of(rt: AgentRuntime, session_id: str) -> list[str]:
     return [e.type for e in await rt.events(session_id)]
 
 
-async def step_done(llm: ScriptedLLM, calls: int) -> None:
-    """Wait until the held model call has answered (or was stopped with the turn that would
-    have taken it: a step started by a submit's batch job), then give its step's commit
-    (which must be fenced) every chance to land. The stopped workflow is cancelled, so there
-    is no result to wait for."""
-    for _ in range(600):
-        if llm.calls + getattr(llm, "stopped", 0) >= calls:
-            break
-        await asyncio.sleep(0.05)
-    assert llm.calls + getattr(llm, "stopped", 0) >= calls
-    await asyncio.sleep(1.0)
-
-
 async def test_interrupt_during_the_model_step_of_a_call_ends_interrupted(
-    make_runtime: Any,
+    make_runtime: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The model answers with a client call AFTER the stop: its commit is fenced, so the
     session stays interrupted with no pending call, ownership or assistant message, and the
     next start works."""
     llm = GatedLLM()
     rt = await make_runtime([asker(llm)])
+    in_flight = InFlight(rt, monkeypatch)
     llm.hold = True
     handle = await rt.start("asker", "ask")
     await asyncio.wait_for(llm.entered.wait(), timeout=30)
@@ -71,7 +56,9 @@ async def test_interrupt_during_the_model_step_of_a_call_ends_interrupted(
     stopped = await rt.interrupt(handle.session_id)
     assert stopped.status == "interrupted"
     llm.release.set()
-    await step_done(llm, 1)
+    # The released step has tried its commit (fenced) and the stopped turn has ended. The
+    # stopped workflow is cancelled: there is no result to wait for.
+    await in_flight.settled()
 
     state = await rt.session(handle.session_id)
     assert state.status == "interrupted"
@@ -85,12 +72,13 @@ async def test_interrupt_during_the_model_step_of_a_call_ends_interrupted(
 
 
 async def test_interrupt_during_the_final_model_step_never_ends_completed(
-    make_runtime: Any,
+    make_runtime: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stop recorded while the final answer is being generated wins: the session ends
     ``interrupted`` with one ``turn_end``, never ``completed`` with two."""
     llm = GatedLLM()
     rt = await make_runtime([asker(llm)])
+    in_flight = InFlight(rt, monkeypatch)
     sid, [pending] = await parked(rt)
     llm.hold = True
     await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
@@ -98,7 +86,9 @@ async def test_interrupt_during_the_final_model_step_never_ends_completed(
 
     await rt.interrupt(sid)
     llm.release.set()
-    await step_done(llm, 2)
+    # The final step (started by the submit's batch job, or by the woken turn) has tried its
+    # commit, or was stopped with the turn that would have taken it (``handover.drop``).
+    await in_flight.settled()
 
     state = await rt.session(sid)
     assert state.status == "interrupted"
@@ -117,11 +107,14 @@ async def test_a_submit_after_the_stop_is_refused_and_stores_nothing(make_runtim
     assert [m.role for m in await rt.messages(sid)] == ["user", "assistant"]
 
 
-async def test_interrupt_racing_submits_leaves_nothing_stuck(make_runtime: Any) -> None:
+async def test_interrupt_racing_submits_leaves_nothing_stuck(
+    make_runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Interrupts and submits fired together on 20 parked sessions: every session ends
     interrupted or completed, none stays active, none has two ``turn_end`` events, and an
     interrupt that answered ``interrupted`` is never followed by ``completed``."""
     rt = await make_runtime([asker(ScriptedLLM(script))])
+    in_flight = InFlight(rt, monkeypatch)
     parked_sessions = [await parked(rt) for _ in range(20)]
 
     async def race(sid: str, call: dict[str, Any]) -> str:
@@ -131,7 +124,9 @@ async def test_interrupt_racing_submits_leaves_nothing_stuck(make_runtime: Any) 
         return str(stopped.status)
 
     said = await asyncio.gather(*(race(sid, calls[0]) for sid, calls in parked_sessions))
-    await asyncio.sleep(1.0)
+    # Every turn has ended and every job and model step the submits started has committed
+    # or been fenced: nothing can complete a session after this.
+    await in_flight.settled()
     for (sid, _), answer in zip(parked_sessions, said, strict=True):
         view = await rt.wait(sid, until=("completed", "interrupted"), timeout=30)
         if answer == "interrupted":
@@ -142,11 +137,11 @@ async def test_interrupt_racing_submits_leaves_nothing_stuck(make_runtime: Any) 
     assert (await rt.wait(nxt.session_id))["status"] == "completed"
 
 
-async def test_a_stopped_parent_creates_no_sub_agent(make_runtime: Any) -> None:
+async def test_a_stopped_parent_creates_no_sub_agent(
+    make_runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The start of a sub-agent is fenced on its parent: a parent stopped while its model
     step runs never creates the child session."""
-    from tests.runtime.test_subagents import tree
-
     root_agent, llms = tree()
     gate = asyncio.Event()
     entered = asyncio.Event()
@@ -160,11 +155,12 @@ async def test_a_stopped_parent_creates_no_sub_agent(make_runtime: Any) -> None:
 
     root_llm.complete = held  # type: ignore[method-assign]
     rt = await make_runtime([root_agent])
+    in_flight = InFlight(rt, monkeypatch)
     handle = await rt.start("root", "go")
     await asyncio.wait_for(entered.wait(), timeout=30)
     await rt.interrupt(handle.session_id)
     gate.set()
-    await step_done(root_llm, 1)
+    await in_flight.settled()  # the parent's step has tried its commit; its turn has ended
     assert await rt.store.descendants(handle.session_id) == []
     assert llms["child"].calls == 0
 

@@ -27,6 +27,7 @@ from helix_dbos.runtime.turn import run_turn
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
+from tests.support.in_flight import InFlight
 
 #: A turn of a new session, or the second turn of a session whose first one completed.
 KINDS = pytest.mark.parametrize("kind", ["new", "follow-up"])
@@ -236,9 +237,13 @@ async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
         raise RuntimeError("the workflow could not be started")
 
     monkeypatch.setattr(runtime_module, "_start_turn", failed_start)
+    in_flight = InFlight(runtime, monkeypatch)
     with pytest.raises(RuntimeError):
         await asyncio.wait_for(_start(runtime, kind, session_id), 20)
-    await asyncio.sleep(0.1)  # a step that was not stopped would commit in this time
+    # The first step has ended: committed, or stopped (a step that was not stopped would
+    # have called the model by then).
+    await in_flight.settled()
+    assert [t.cancelled() for t in in_flight.tasks] == [not committed]
     assert llm.calls - calls == (1 if committed else 0)
     assert [r.action for r in await runtime.heal(grace_seconds=0)] == ["started"]
     [call] = await runtime.wait_for_pending(session_id)

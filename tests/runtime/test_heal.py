@@ -18,7 +18,7 @@ from helix_dbos.runtime import heal as heal_module
 from helix_dbos.runtime.entry import open_turn
 from helix_dbos.runtime.heal import heal
 from helix_dbos.testing import capture_log_events
-from tests.runtime.test_interrupt import asker, parked, script
+from tests.support.asker import asker, parked, script
 
 
 async def claim_without_workflow(rt: AgentRuntime, session_id: str, message: str) -> str:

@@ -11,72 +11,14 @@ import asyncio
 from typing import Any
 
 from dbos import DBOS
-from pydantic import BaseModel
 
-from helix_dbos.core.agents import define_agent
-from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.messages import Message
-from helix_dbos.core.tools import define_tool
-from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime, records
+from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.runtime import AgentRuntime, names, records, wake
 from helix_dbos.testing import capture_log_events
-from tests.runtime.wakeups import lose_answer_wakeups
-
-DEADLINE = 300.0
-
-
-class Ask(BaseModel):
-    question: str
-
-
-class Answer(BaseModel):
-    text: str
-
-
-def script(request: LLMRequest) -> LLMResponse:
-    """'ask' asks the client once, 'ask twice' twice in one batch; anything else replies with
-    what the model saw."""
-    last = request.messages[-1]
-    if last.role == "user" and last.content == "ask":
-        return call(request, ("ask_user", {"question": "color?"}))
-    if last.role == "user" and last.content == "ask twice":
-        return call(
-            request, ("ask_user", {"question": "color?"}), ("ask_user", {"question": "size?"})
-        )
-    return reply(f"saw {[m.role for m in request.messages]}")
-
-
-def asker(llm: ScriptedLLM) -> Any:
-    return define_agent(
-        "asker",
-        llm=llm,
-        tools=[
-            define_tool(
-                "ask_user",
-                "Ask the user",
-                Ask,
-                Answer,
-                execute="client",
-                client_tool_timeout=DEADLINE,
-            )
-        ],
-    )
-
-
-async def parked(
-    rt: AgentRuntime, message: str = "ask", count: int = 1, session_id: str | None = None
-) -> tuple[str, list[dict[str, Any]]]:
-    """Start a turn and wait until its coroutine is inside ``recv``."""
-    handle = await rt.start("asker", message, session_id=session_id)
-    pending = await rt.wait_for_pending(handle.session_id, count=count)
-    workflow_id = (await rt.session(handle.session_id)).workflow_id
-    for _ in range(500):
-        if workflow_id in rt.ctx.parked:
-            break
-        await asyncio.sleep(0.01)
-    assert workflow_id in rt.ctx.parked
-    return handle.session_id, pending
-
+from tests.runtime.wakeups import lose_answer_wakeups, wake_ups_sent
+from tests.support.asker import asker, parked, script
+from tests.support.in_flight import InFlight
 
 #: How long a stopped turn may take to leave its ``recv``: far from both what it needs (the
 #: stop's wake-up, milliseconds) and the 300 s deadline that would free it without one, so a
@@ -104,9 +46,10 @@ def assert_valid_history(history: list[Message]) -> None:
             assert [f.tool_call_id for f in following] == [c.id for c in m.tool_calls], history
 
 
-async def test_interrupt_while_parked(make_runtime: Any) -> None:
+async def test_interrupt_while_parked(make_runtime: Any, monkeypatch: Any) -> None:
     llm = ScriptedLLM(script)
     rt = await make_runtime([asker(llm)])
+    in_flight = InFlight(rt, monkeypatch)
     sid, [pending] = await parked(rt)
     tcid = pending["toolCallId"]
     workflow_id = (await rt.session(sid)).workflow_id
@@ -138,7 +81,9 @@ async def test_interrupt_while_parked(make_runtime: Any) -> None:
     assert after.version == state.version and after.pending == {}
     assert await rt.messages(sid) == history
     assert len(await rt.events(sid)) == len(events)
-    await asyncio.sleep(0.2)
+    # Once the stopped turn's body has returned (and nothing it started runs), a model call
+    # that continued it would have been made.
+    await in_flight.settled()
     assert llm.calls == 1, "nothing continued the stopped turn"
 
     # The next message is a clean turn: the unanswered call is closed as not executed.
@@ -254,8 +199,14 @@ async def test_interrupt_wakes_a_turn_parked_on_an_answer_whose_wake_was_lost(
     assert [e["event"] for e in logged if e["event"] == "client_tool.send_event_failed"] == [
         "client_tool.send_event_failed"
     ] * 2
-    await asyncio.sleep(0.3)
-    assert rt.ctx.parked, "without its wake-up the turn still waits"
+    # The submit has returned, both its wake-ups failed: none is queued for the turn (a
+    # ``recv`` wakes only on a queued message, or on an in-process signal sent after one), so
+    # nothing can wake it and it still waits on the call's topic.
+    workflow_id = (await rt.session(sid)).workflow_id or ""
+    topic = names.tool_result_topic(pending["toolCallId"])
+    assert await wake_ups_sent(rt, workflow_id, topic) == 0
+    assert wake.local_waiter(workflow_id, topic) is not None
+    assert rt.ctx.parked == {workflow_id}, "without its wake-up the turn still waits"
 
     await rt.interrupt(sid)
     await gone_within(rt, STOP_BOUND)

@@ -24,11 +24,14 @@ from tests.runtime.notify_helpers import FAST, Recorder, approve
 from tests.runtime.notify_worker import gatekeeper
 
 
-async def settled(store: SessionStore, count: int, timeout: float = 20.0) -> list[outbox.OutboxRow]:
-    """The outbox once ``count`` of its rows are settled (bounded polling of the table)."""
+async def settled(
+    store: SessionStore, count: int, timeout: float = 20.0, kind: str | None = None
+) -> list[outbox.OutboxRow]:
+    """The outbox (its rows of ``kind``) once ``count`` of them are settled (bounded
+    polling of the table)."""
     async with asyncio.timeout(timeout):
         while True:
-            rows = await outbox.list_rows(store)
+            rows = await outbox.list_rows(store, kind=kind)
             if sum(r.state != outbox.QUEUED for r in rows) >= count:
                 return rows
             await asyncio.sleep(0.05)
@@ -157,7 +160,10 @@ async def test_two_dispatchers_tell_a_reminder_once(make_runtime: Any, db_url: s
         with capture_log_events() as logged:
             sids = [(await rt.start("gatekeeper", f"pay {i}")).session_id for i in range(4)]
             await mine.until(lambda: len(mine.notes) >= 4)
-            await asyncio.sleep(0.3)  # room for a duplicate to show up
+            # Every reminder's row is settled: a claim of it (each counts one more attempt in
+            # the row) and its stream event are in the database by then, and a settled row is
+            # claimed no more.
+            await settled(rt.store, 4, kind="deadline_near")
     finally:
         await other.stop()
         await other_store.close()

@@ -146,7 +146,14 @@ async def test_two_processes_tell_each_reminder_once(pg_runtime: AgentRuntime, p
             async with asyncio.timeout(30):
                 while len(mine.notes) + len(lines.hooks) < len(sids):
                     await asyncio.sleep(0.05)
-            await asyncio.sleep(1.0)  # room for a duplicate to show up
+                # Every reminder's row is settled: each claim of it (one more attempt in the
+                # row) and its stream event are in the database by then, and a settled row
+                # is claimed no more.
+                while any(
+                    r.state == outbox.QUEUED
+                    for r in await outbox.list_rows(rt.store, kind="deadline_near")
+                ):
+                    await asyncio.sleep(0.05)
         child.kill()
     keys = [n.key for n in mine.notes] + lines.hooks
     assert len(keys) == len(set(keys)) == len(sids), keys

@@ -9,87 +9,17 @@ The tree in every test: ``root`` calls ``subagent__child``, ``child`` calls
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from dbos import DBOS
-from pydantic import BaseModel
 
-from helix_dbos.core.agents import Agent, define_agent
-from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import StaleStateError
-from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.testing import capture_log_events
-
-
-class Locate(BaseModel):
-    what: str
-
-
-class Located(BaseModel):
-    where: str
-
-
-def _last_tool_text(request: LLMRequest) -> str:
-    tool = request.messages[-1]
-    if tool.is_error:
-        return f"error {tool.error_code}"
-    if isinstance(tool.result, dict) and "text" in tool.result:
-        return str(tool.result["text"])
-    return json.dumps(tool.result)
-
-
-def grandchild_script(request: LLMRequest) -> LLMResponse:
-    if request.messages[-1].role == "user":
-        return call(request, ("locate", {"what": "the keys"}))
-    return reply(f"grandchild: {_last_tool_text(request)}")
-
-
-def child_script(request: LLMRequest) -> LLMResponse:
-    if request.messages[-1].role == "user":
-        return call(request, ("subagent__grandchild", {"message": "find the keys"}))
-    return reply(f"child: {_last_tool_text(request)}")
-
-
-def root_script(request: LLMRequest) -> LLMResponse:
-    last = request.messages[-1]
-    if last.role == "user" and last.content == "again":
-        return reply(f"root saw {len(request.messages)} messages")
-    if last.role == "user":
-        return call(request, ("subagent__child", {"message": "ask your helper"}))
-    return reply(f"root: {_last_tool_text(request)}")
-
-
-def tree() -> tuple[Agent, dict[str, ScriptedLLM]]:
-    llms = {
-        name: ScriptedLLM(script)
-        for name, script in (
-            ("root", root_script),
-            ("child", child_script),
-            ("grandchild", grandchild_script),
-        )
-    }
-    grandchild = define_agent(
-        "grandchild",
-        llm=llms["grandchild"],
-        tools=[
-            define_tool(
-                "locate",
-                "Ask the client",
-                Locate,
-                Located,
-                execute="client",
-                client_tool_timeout=300,
-            )
-        ],
-    )
-    child = define_agent("child", llm=llms["child"], subagents=[grandchild])
-    root = define_agent("root", llm=llms["root"], subagents=[child])
-    return root, llms
+from tests.support.agent_tree import tree
+from tests.support.in_flight import InFlight
 
 
 async def sessions_of(
@@ -211,9 +141,12 @@ async def test_grandchild_call_is_owned_below_registered_on_root_and_submitted_o
     assert again.status == "already_completed"
 
 
-async def test_interrupting_the_root_stops_the_whole_tree(make_runtime: Any) -> None:
+async def test_interrupting_the_root_stops_the_whole_tree(
+    make_runtime: Any, monkeypatch: Any
+) -> None:
     root_agent, llms = tree()
     rt = await make_runtime([root_agent])
+    in_flight = InFlight(rt, monkeypatch)
     root_id, pending = await parked_tree(rt)
     root, child, grandchild = await sessions_of(rt, root_id)
     assert rt.ctx.parked == {grandchild.workflow_id}
@@ -234,8 +167,9 @@ async def test_interrupting_the_root_stops_the_whole_tree(make_runtime: Any) -> 
     assert late.status == "unknown_tool_call" and late.reason == "run_stopped"
     assert (await rt.session(grandchild.session_id)).pending == {}
 
-    # The stopped workflows stay stopped: no model call ran after the interrupt.
-    await asyncio.sleep(0.3)
+    # The stopped workflows stay stopped: once their bodies have returned (and nothing they
+    # started runs), no model call ran after the interrupt.
+    await in_flight.settled()
     assert {name: llm.calls for name, llm in llms.items()} == {
         "root": 1,
         "child": 1,

@@ -4,19 +4,21 @@ checkpoint pointer, a wake-up that arrives before its answer is visible."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from dbos import DBOS
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import names
-from helix_dbos.store.store import now_ms
+from helix_dbos.runtime import names, steps
+from helix_dbos.store.store import RetryTransaction, now_ms
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_helpers import FlakySaves
 from tests.runtime.conftest import MakeRuntime
-from tests.runtime.test_interrupt import asker, parked, script
+from tests.support.asker import asker, parked, script
 
 
 async def test_a_retried_stop_counts_each_call_once(
@@ -66,13 +68,25 @@ async def test_the_checkpoint_pointer_only_moves_forward(make_runtime: MakeRunti
 
 
 async def test_a_wake_up_before_its_answer_is_visible_waits_for_the_answer(
-    make_runtime: MakeRuntime,
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The wake-up lands first; the answer commits 0.5 s later. The turn uses the answer (it
-    waits until the answer is visible), never resolving the call as a timeout."""
+    """The wake-up lands first; the answer commits only once the woken turn has read the
+    row and found no answer. The turn uses the answer (it waits until the answer is
+    visible), never resolving the call as a timeout."""
     rt = await make_runtime([asker(ScriptedLLM(script))])
     sid, [pending] = await parked(rt)
     tcid = pending["toolCallId"]
+    missed = threading.Event()
+    real_await_visible = steps.await_visible
+
+    def await_visible(owner: SessionState, woken: Any, at: int) -> None:
+        try:
+            real_await_visible(owner, woken, at)
+        except RetryTransaction:
+            missed.set()  # woken for an answer the row does not show yet: it waits
+            raise
+
+    monkeypatch.setattr(steps, "await_visible", await_visible)
     state = await rt.session(sid)
     at = now_ms()
     await DBOS.send_async(
@@ -80,7 +94,7 @@ async def test_a_wake_up_before_its_answer_is_visible_waits_for_the_answer(
         {"kind": "answer", "toolCallId": tcid, "submittedAt": at},
         names.tool_result_topic(tcid),
     )
-    await asyncio.sleep(0.5)
+    assert await asyncio.to_thread(missed.wait, 30), "the woken turn never looked for it"
 
     def answer(states: dict[str, SessionState]) -> None:
         entry = states[sid].pending[tcid]

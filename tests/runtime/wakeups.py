@@ -1,10 +1,12 @@
-"""Losing a submit's wake-ups on purpose (the answer is still stored)."""
+"""Losing a submit's wake-ups on purpose (the answer is still stored), and counting the
+wake-up messages DBOS holds for a turn."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from dbos import DBOS
 
 from helix_dbos.runtime import AgentRuntime, wake
@@ -35,3 +37,15 @@ def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: pytest.MonkeyPatch) -> No
         await real_enlist(ctx, conn, destination, message, *rest)
 
     monkeypatch.setattr(wake, "enlist", losing_enlist)
+
+
+async def wake_ups_sent(rt: AgentRuntime, workflow_id: str, topic: str) -> int:
+    """The messages DBOS holds for ``workflow_id`` on ``topic``, consumed or not: the rows
+    a ``recv`` on that topic wakes for (its system tables share the store's database)."""
+    table = "dbos.notifications" if rt.store.dialect == "postgresql" else "notifications"
+    async with rt.store.engine.connect() as conn:
+        count = await conn.scalar(
+            sa.text(f"SELECT count(*) FROM {table} WHERE destination_uuid = :d AND topic = :t"),
+            {"d": workflow_id, "t": topic},
+        )
+    return int(count or 0)

@@ -23,10 +23,11 @@ from helix_dbos.http import (
 )
 from helix_dbos.runtime import AgentRuntime
 from tests.doc_snippets import ROOT, assert_logged_turn, block_under, served, token_round_trip
+from tests.http.helpers import EDIT
 from tests.runtime.conftest import MakeRuntime
+from tests.support.asgi import client_for
 
 from .serving import SECRET, serve_env, serving
-from .test_server_routes import EDIT, client_for
 
 TOKEN = "scrape-token-0123456789abcdef"
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.http.helpers import EDIT
-from tests.http.test_chat import read_chunks
 from tests.llm.fake_servers import FakeServer, openai_text
+from tests.support.ui_stream import read_chunks
 
 from .serving import SECRET, run_cli, serve_env, serving
 

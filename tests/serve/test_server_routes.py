@@ -6,8 +6,6 @@ reason of approvals."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -21,6 +19,7 @@ from helix_dbos.http import SessionTokens, create_app, create_chat_router, insta
 from helix_dbos.llm import ScriptedLLM, call, reply
 from helix_dbos.observability.log import set_service_name
 from helix_dbos.testing import capture_log_events
+from tests.support.asgi import client_for
 
 SECRET = "route-tests-secret-0123456789abcdef01234"
 #: A message the demo editor answers with an editContent call.
@@ -50,13 +49,6 @@ PAIR = define_agent(
         define_tool("countB", "Count B", Ask, Count, execute="client"),
     ],
 )
-
-
-@asynccontextmanager
-async def client_for(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
-        yield c
 
 
 def chunks_of(text: str) -> list[dict[str, Any]]:
