@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .core.contract import CONTRACT_VERSION, REPLAYABLE_VERSIONS
 from .errors import ConfigError
 
 __all__ = [
@@ -193,9 +194,6 @@ class HelixSettings:
         if not self.executor_id:
             object.__setattr__(self, "executor_id", generate_executor_id())
         if not self.application_version or self.forward_versions is None:
-            # Imported here: the runtime package loads DBOS, this module stays light.
-            from .runtime.names import CONTRACT_VERSION, REPLAYABLE_VERSIONS
-
             if not self.application_version:
                 object.__setattr__(self, "application_version", CONTRACT_VERSION)
             if self.forward_versions is None:

@@ -44,11 +44,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("helix_dbos._alembic_types", "sqlalchemy"): (
         "the column types the Alembic revisions share: they import it by this path"
     ),
-    ("helix_dbos.config", "helix_dbos.runtime.names"): (
-        "a setting left empty defaults to the durable contract's version "
-        "(names.CONTRACT_VERSION, REPLAYABLE_VERSIONS); imported when settings are built, "
-        "which loads the runtime package"
-    ),
 }
 
 
@@ -157,10 +152,9 @@ def test_every_exception_is_still_needed() -> None:
 
 def test_the_static_check_sees_imports_in_functions() -> None:
     """The scan reads function-level and relative imports: the store's SQLAlchemy, the
-    fleet's deferred DBOS import, the settings' deferred import of the contract."""
+    fleet's deferred DBOS import."""
     assert "sqlalchemy" in imports_of(PACKAGE / "store" / "store.py")
     assert "dbos" in imports_of(PACKAGE / "runtime" / "fleet.py")
-    assert "helix_dbos.runtime.names" in imports_of(PACKAGE / "config.py")
 
 
 def test_a_forbidden_import_is_reported() -> None:
@@ -216,3 +210,21 @@ def test_pure_layers_import_no_heavy_package(module: str) -> None:
 def test_the_check_can_see_a_heavy_import() -> None:
     """The store does import SQLAlchemy: the probe above would notice such an import."""
     assert "sqlalchemy" in imported_after("helix_dbos.store.store")
+
+
+def test_settings_are_built_without_the_engine() -> None:
+    """``HelixSettings()`` with every setting left empty (the application version defaults
+    to the contract's) loads none of dbos, sqlalchemy, fastapi, ... (it used to import the
+    runtime package for the contract's version, and with it DBOS)."""
+    code = (
+        "import json, sys\n"
+        "from helix_dbos.config import HelixSettings\n"
+        "s = HelixSettings(database_url='sqlite:///x.sqlite')\n"
+        "assert s.application_version\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    loaded = set(json.loads(out))
+    assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
