@@ -36,7 +36,8 @@ def owner_text(value: Any) -> str | None:
 
 
 def checked_owner(value: Any, name: str) -> str | None:
-    """``value`` if it is unset or a string of 1 to ``OWNER_MAX_LENGTH`` characters.
+    """``value`` if it is unset or a string of 1 to ``OWNER_MAX_LENGTH`` characters, none of
+    them a NUL (Postgres cannot store one in a text column: the write would fail untyped).
 
     Raises:
         RequestValidationError: ``cause`` is ``name``.
@@ -47,4 +48,6 @@ def checked_owner(value: Any, name: str) -> str | None:
         raise RequestValidationError(
             f"{name} must be a string of 1 to {OWNER_MAX_LENGTH} characters", cause=name
         )
+    if "\x00" in value:
+        raise RequestValidationError(f"{name} must not contain a NUL character", cause=name)
     return value

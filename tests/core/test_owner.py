@@ -48,9 +48,11 @@ def test_checked_owner_takes_unset_or_bounded_text() -> None:
     assert checked_owner(longest, "tenant") == longest
 
 
-@pytest.mark.parametrize("value", ["", "x" * (OWNER_MAX_LENGTH + 1), 7, True, {"a": 1}, ["a"]])
+@pytest.mark.parametrize(
+    "value", ["", "x" * (OWNER_MAX_LENGTH + 1), 7, True, {"a": 1}, ["a"], "a\x00b"]
+)
 def test_checked_owner_refuses_anything_else(value: object) -> None:
-    """Empty, too long, or not a string: a typed refusal that names the field."""
+    """Empty, too long, not a string, or holding a NUL: a typed refusal naming the field."""
     with pytest.raises(RequestValidationError) as caught:
         checked_owner(value, "tenant")
     assert caught.value.details == {"cause": "tenant"}

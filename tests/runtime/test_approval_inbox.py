@@ -158,6 +158,16 @@ async def test_an_owner_must_be_a_short_string(tmp_path: Any) -> None:
     """Refused before anything is read or written (the runtime is not even launched)."""
     settings = HelixSettings(database_url=f"sqlite:///{tmp_path}/never.sqlite")
     rt = AgentRuntime([banker(Bank(), ScriptedLLM(script))], settings)
-    for bad in ({"principal": ""}, {"tenant": "x" * 513}, {"principal": 7}):
+    for bad in ({"principal": ""}, {"tenant": "x" * 513}, {"principal": 7}, {"tenant": "a\x00b"}):
         with pytest.raises(RequestValidationError):
             await rt.start("banker", "pay", **bad)
+
+
+async def test_an_owner_with_a_nul_is_refused_typed_on_postgres(make_runtime: Any) -> None:
+    """Postgres cannot store a NUL in a text column: the start is refused as bad input
+    (``validation_error``, nothing written), not failed by the database."""
+    rt = await make_runtime([banker(Bank(), ScriptedLLM(script))])
+    with pytest.raises(RequestValidationError) as caught:
+        await rt.start("banker", "pay", principal="ada\x00")
+    assert caught.value.details == {"cause": "principal"}
+    assert (await rt.start("banker", "pay", principal="ada")).session_id
