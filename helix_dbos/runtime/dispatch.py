@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import random
 from typing import TYPE_CHECKING, Any
 
 from ..core.clock import now_ms
 from ..core.events import event
+from ..core.jitter import jitter
 from ..core.session import SessionState
 from ..observability.log import log_event
 from ..store import outbox
@@ -241,7 +241,7 @@ class Dispatcher:
             log_event("notification.gave_up", **fields)
             return
         delay = min(options.retry_max_seconds, options.retry_base_seconds * 2 ** (row.attempts - 1))
-        delay *= random.uniform(0.8, 1.0)  # processes that failed together retry apart
+        delay *= jitter.uniform(0.8, 1.0)  # processes that failed together retry apart
         await outbox.retry(self.store, row.id, now_ms() + int(delay * 1000), error)
         log_event("notification.hook_failed", **fields, retryInSeconds=round(delay, 3))
 

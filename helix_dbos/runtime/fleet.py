@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..config import HelixSettings
+from ..core.jitter import jitter
 from ..observability.log import log_event
 from ..store import dbos_tables, fleet_tables
 from ..store.store import SessionStore
@@ -308,7 +308,7 @@ class Fleet:
             # Jitter: processes started together do not sweep in lockstep.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    self._stopping.wait(), timeout=period * random.uniform(0.8, 1.0)
+                    self._stopping.wait(), timeout=period * jitter.uniform(0.8, 1.0)
                 )
 
     async def heartbeat(self) -> None:

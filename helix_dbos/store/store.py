@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -47,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ..config import parse_database_url
 from ..core.clock import now_ms  # re-exported: older imports read it from here
 from ..core.events import SessionEvent
+from ..core.jitter import jitter
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import (
@@ -254,7 +254,7 @@ def _current_patience() -> float | None:
 
 
 def _backoff(attempt: int) -> float:
-    return min(2.0, 0.05 * float(2 ** min(attempt, 6))) * random.uniform(0.5, 1.0)
+    return min(2.0, 0.05 * float(2 ** min(attempt, 6))) * jitter.uniform(0.5, 1.0)
 
 
 def _now() -> datetime:
@@ -297,7 +297,7 @@ async def _retrying(
                 ) from exc
             if retry_event:
                 log_event(retry_event, **fields, attempt=races)
-            await asyncio.sleep(random.uniform(0.001, 0.005) * races)
+            await asyncio.sleep(jitter.uniform(0.001, 0.005) * races)
         except RetryTransaction as again:
             await asyncio.sleep(again.delay)
         except Exception as exc:
