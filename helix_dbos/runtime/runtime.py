@@ -1,15 +1,14 @@
-"""``AgentRuntime``: the one entry point to start, submit, resume, interrupt and inspect turns."""
+"""``AgentRuntime``: the one entry point to start, submit, resume, interrupt and inspect turns.
+
+The work of its methods lives in modules of its own: the launch and the shutdown in
+``lifetime.py``, the entries in ``entering.py``, the reads in ``reads.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
-
-from dbos import DBOS, DBOSClient, SetWorkflowID
 
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
@@ -18,83 +17,27 @@ from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.owner import SessionOwner, checked_owner
 from ..core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
-from ..errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
-from ..observability.approval_metrics import ApprovalMetrics, activate, deactivate
-from ..observability.log import log_event, set_service_name
-from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage, ApprovalQuery, list_approvals
-from ..store.connection import IntegrityError
-from ..store.migrate import head_revision, require_current_schema, upgrade
+from ..errors import AgentNotResumableError, RequestValidationError
+from ..observability.approval_metrics import ApprovalMetrics
+from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage
 from ..store.store import SessionStore
-from . import context, lifecycle, names, persistent, records
-from .continuation import follow
+from . import context, entering, lifecycle, lifetime, names, reads, records
 from .control import stash_entry, stop_tree, tree_of
-from .entry import open_turn, waiting_for
 from .fleet import Fleet
-from .handover import EntryInputs
-from .heal import Repair, heal, heal_forever
+from .handle import TurnHandle
+from .heal import Repair, heal
 from .keeper import DeadlineKeeper
+from .lifetime import RELEASE_WAIT_SECONDS as RELEASE_WAIT_SECONDS
 from .notifications import NotificationHooks, Notifications
 from .notify import EventSignals
-from .startup import StartupFacts, count_recoverable, log_started, startup_facts
+from .startup import StartupFacts
 from .submit import MISSING, Submission, submit
-from .turn import run_turn, start_first_step
 
 __all__ = ["AgentRuntime", "TurnHandle"]
 
-_TERMINAL = frozenset({"completed", "failed", "interrupted"})
+_TERMINAL = reads.TERMINAL
 _FIRST_SWEEP = 64
 """How many started workflows the runtime keeps before it first sweeps out finished ones."""
-RELEASE_WAIT_SECONDS = 5.0
-"""How long a shutdown waits for the workflow tasks it cancelled to unwind."""
-
-
-class _DropCancelledWarnings(logging.Filter):
-    """Drops DBOS's warning that a workflow's asyncio task was cancelled."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Asyncio task cancelled for workflow")
-
-
-@contextlib.contextmanager
-def _quiet_dbos_cancellations() -> Iterator[None]:
-    """Within the block, DBOS does not log each workflow task a shutdown cancels."""
-    dbos_logger, drop = logging.getLogger("dbos"), _DropCancelledWarnings()
-    dbos_logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        dbos_logger.removeFilter(drop)
-
-
-@dataclass(frozen=True)
-class TurnHandle:
-    """What an entry (start or resume) returns."""
-
-    session_id: str
-    run_id: str
-    workflow_id: str | None = None
-    workflow: Any = field(default=None, compare=False, repr=False)
-    """In-process DBOS handle of the started turn, when this process started it; for a
-    persistent session, a ``persistent.TurnResult`` (its workflow outlives the turn)."""
-    delivery: str | None = None
-    """A persistent session only: ``started`` (a new workflow runs the turn) or
-    ``delivered`` (the session's live workflow took it from its inbox)."""
-
-    async def result(self) -> Any:
-        """Wait for the turn to end; returns its outcome (the turn workflow's result, or its
-        continuation's if it hibernated; for a persistent session, the outcome its workflow
-        published for this turn)."""
-        if self.workflow is None:
-            raise RuntimeError("This handle did not start a workflow in this process")
-        # A turn that hibernated ends in its continuation's workflow.
-        return await follow(self.session_id, await self.workflow.get_result())
-
-    def dump(self) -> dict[str, Any]:
-        """The wire form ``{sessionId, runId}`` (and ``delivery`` for a persistent session)."""
-        out: dict[str, Any] = {"sessionId": self.session_id, "runId": self.run_id}
-        if self.delivery is not None:
-            out["delivery"] = self.delivery
-        return out
 
 
 class AgentRuntime(NotificationHooks):
@@ -161,70 +104,11 @@ class AgentRuntime(NotificationHooks):
 
     def dbos_config(self) -> dict[str, Any]:
         """The DBOS configuration: pinned executor id and version, our system database."""
-        s = self.settings
-        urls = s.urls
-        config: dict[str, Any] = {
-            "name": s.app_name,
-            "system_database_url": urls.dbos,
-            "application_version": s.application_version,
-            "executor_id": s.executor_id,
-            "log_level": s.dbos_log_level,
-            "max_executor_threads": s.max_executor_threads,
-            # A role without DDL rights only verifies DBOS's schema (`dbos migrate` made it).
-            "run_migrations": s.run_migrations,
-        }
-        if urls.is_sqlite:
-            config["notification_listener_polling_interval_sec"] = s.sqlite_poll_seconds
-        config.update(s.extra_dbos_config)
-        return config
+        return lifetime.dbos_config(self.settings)
 
     async def launch(self) -> None:
         """Migrate (or check) the session tables, launch DBOS, and recover parked turns."""
-        s = self.settings
-        if s.run_migrations:
-            revision = await asyncio.to_thread(upgrade, s.database_url)
-        else:
-            await asyncio.to_thread(require_current_schema, s.database_url)
-            revision = head_revision()  # the check passed: the tables are at the head
-        if self.service_name:
-            set_service_name(self.service_name)
-        store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
-        store.on_events = self.signals.wake
-        DBOS(config=self.dbos_config())  # type: ignore[arg-type]
-        self._ctx = context.RuntimeContext(
-            settings=s,
-            registry=self.registry,
-            store=store,
-            scrubber=self.scrubber,
-            client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
-            notes=self.notifications,
-        )
-        self.fleet = Fleet(s, store)
-        await self.fleet.register()
-        # Recovery at launch replays parked turns, which look the context up: install first.
-        context.install(self._ctx)
-        activate(self.metrics)
-        recovering = await count_recoverable(store, s, self.fleet.schema)
-        DBOS.launch()
-        self.fleet.start()
-        reminders = any(t.remind_before is not None for a in self.registry for t in a.tools)
-        self.notifications.start(store, reminders=reminders)
-        # The first sweep adopts dead executors' turns: wait for it (a heartbeat at most) so
-        # the startup line says how many came back either way.
-        adopted = await self.fleet.first_sweep(s.heartbeat_seconds)
-        self.startup = startup_facts(
-            s, self.registry, revision, recovering, adopted, self.startup_fields
-        )
-        log_started(self.startup)
-        self._keeper = DeadlineKeeper(self._ctx, s.deadline_keeper_seconds)
-        self._keeper.start()
-        if s.heal_interval_seconds > 0:
-            self._healing = asyncio.Event()
-            self._healer = asyncio.create_task(
-                heal_forever(
-                    self._ctx, s.heal_interval_seconds, s.heal_grace_seconds, self._healing
-                )
-            )
+        await lifetime.launch(self)
 
     async def heal(self, grace_seconds: float | None = None) -> list[Repair]:
         """Run one reconciliation pass now (the background task runs them periodically)."""
@@ -237,71 +121,7 @@ class AgentRuntime(NotificationHooks):
         Turns that are between steps (not parked) get ``grace_seconds`` to reach their next
         park or their end, so a clean shutdown does not leave them to crash recovery.
         """
-        if self._healer is not None:
-            # The pass in progress finishes (a task cancelled mid-transaction could leave
-            # its connection holding a lock); a pass stuck on a dead database is cancelled.
-            self._healing.set()
-            try:
-                await asyncio.wait_for(asyncio.shield(self._healer), timeout=10)
-            except (TimeoutError, asyncio.CancelledError):
-                self._healer.cancel()
-            self._healer = None
-        if self._keeper is not None:
-            await self._keeper.stop()
-            self._keeper = None
-        await self.notifications.stop()
-        if self.fleet is not None:
-            await self.fleet.pause()
-        await self._drain(grace_seconds)
-        await self._release_workflows()
-        await self.signals.close()
-        DBOS.destroy(destroy_registry=False)
-        if self.fleet is not None:
-            # After destroy: from here on our parked turns are adoptable at once.
-            await self.fleet.stop()
-            self.fleet = None
-        if self._ctx is not None:
-            await self._ctx.store.close()
-        context.uninstall()
-        deactivate(self.metrics)
-        self._ctx = None
-
-    async def _drain(self, grace_seconds: float) -> None:
-        parked = self._ctx.parked if self._ctx is not None else set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_seconds
-        while loop.time() < deadline:
-            busy = [
-                wid for wid, task in self._started.items() if not task.done() and wid not in parked
-            ]
-            if not busy:
-                break
-            await asyncio.sleep(0.01)
-        self._started = {w: t for w, t in self._started.items() if not t.done()}
-
-    async def _release_workflows(self) -> None:
-        """Cancel this runtime's workflow tasks still running after the drain (the parked).
-
-        Each stays ``PENDING`` in DBOS (a cancelled task records nothing) and recovers in the
-        next process of this executor, or is adopted. Left running, they would outlive the
-        event loop; the garbage collector then closes each coroutine mid-await, and its
-        error handling would run with no loop to run on (or, with another runtime launched
-        in this process since, against that runtime's store).
-        """
-        if self._ctx is None:
-            return
-        self._ctx.handovers.close_all()  # first steps of turns that never ran here
-        running = [task for task in self._ctx.workflows if not task.done()]
-        if running:
-            # DBOS warns once per cancelled workflow; a deploy with thousands parked says it
-            # once.
-            with _quiet_dbos_cancellations():
-                for task in running:
-                    task.cancel()
-                _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
-            log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
-        # After the turns, which let go of what they had taken (``BatchJobs.forget``).
-        await self._ctx.batch_jobs.close_all(RELEASE_WAIT_SECONDS)
+        await lifetime.shutdown(self, grace_seconds)
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.
@@ -359,146 +179,9 @@ class AgentRuntime(NotificationHooks):
         new: bool = False,
         owner: SessionOwner | None = None,
     ) -> TurnHandle:
-        """Claim the session for a new run, commit its entry and start its turn.
-
-        ``new``: the caller made the session id up (``start`` without one): see
-        ``_enter_new``. ``owner``: recorded if the session is created.
-        """
-        turn_id = records.new_run_id()
-        if self.registry.get(agent_type).persistent:
-            return await self._enter_persistent(session_id, agent_type, message, turn_id, owner)
-        if new:
-            return await self._enter_new(session_id, agent_type, message, turn_id, owner)
-        entry = await self._open(session_id, agent_type, message, turn_id, new=False, owner=owner)
-        # The claim is committed; a crash before the workflow below starts leaves it without a
-        # workflow, and the reconciler (``heal``) starts that workflow under the same id. The
-        # workflow starts only now: a refused claim (the session is busy) leaves none behind.
-        # The first model step starts from the entry alongside DBOS's start, as in
-        # ``_enter_new``.
-        state = entry.state
-        workflow_id = names.turn_workflow_id(session_id, turn_id)
-        self.ctx.handovers.open(workflow_id).set_result(
-            start_first_step(
-                workflow_id, session_id, turn_id, state.agent_type, state.root_session_id, entry
-            )
-        )
-        try:
-            workflow = await _start_turn(
-                workflow_id, session_id, turn_id, state.agent_type, state.root_session_id
-            )
-        except BaseException:
-            self.ctx.handovers.close(workflow_id)  # stops the first step too
-            raise
-        self._remember(workflow_id, workflow)
-        return TurnHandle(session_id, turn_id, workflow_id, workflow)
-
-    async def _open(
-        self,
-        session_id: str,
-        agent_type: str,
-        message: str | None,
-        turn_id: str,
-        *,
-        new: bool,
-        owner: SessionOwner | None = None,
-    ) -> EntryInputs:
-        """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
-        try:
-            return await self.store.transact(
-                lambda conn: open_turn(
-                    self.store,
-                    conn,
-                    session_id=session_id,
-                    agent_type=agent_type,
-                    turn_id=turn_id,
-                    message=message,
-                    new=new,
-                    owner=owner,
-                ),
-                lean=True,
-            )
-        except IntegrityError:
-            # Two starts raced to create the same new session: the other one won.
-            raise AgentAlreadyRunningError(
-                f"Session {session_id!r} already has a turn running", sessionId=session_id
-            ) from None
-
-    async def _enter_new(
-        self,
-        session_id: str,
-        agent_type: str,
-        message: str | None,
-        turn_id: str,
-        owner: SessionOwner | None = None,
-    ) -> TurnHandle:
-        """A new session's first turn: its entry commits while DBOS starts its workflow.
-
-        Each one's round trips overlap the other's. Once the entry has committed, the turn's
-        first model step starts from it, still alongside DBOS's start, and the turn takes
-        the running step (``handover.py``). A crash between them is repaired either way: a
-        claim without its workflow is started by the reconciler (``heal``), and its turn
-        finds the first step's answer recorded, or runs the step; a workflow without its
-        entry finds no session and ends, writing nothing.
-        """
-        workflow_id = names.turn_workflow_id(session_id, turn_id)
-        handover = self.ctx.handovers.open(workflow_id)
-        starting = asyncio.ensure_future(
-            _start_turn(workflow_id, session_id, turn_id, agent_type, session_id)
-        )
-        try:
-            entry = await self._open(
-                session_id, agent_type, message, turn_id, new=True, owner=owner
-            )
-        except BaseException:
-            handover.set_result(None)  # the turn ends at once
-            # Not awaited: with the database down, DBOS's start waits for it to come back,
-            # and the caller must get the entry's error now.
-            starting.add_done_callback(lambda done: self._started_without_entry(workflow_id, done))
-            raise
-        handover.set_result(
-            start_first_step(workflow_id, session_id, turn_id, agent_type, session_id, entry)
-        )
-        try:
-            workflow = await starting
-        except BaseException:
-            self.ctx.handovers.close(workflow_id)  # stops the first step too
-            raise
-        self._remember(workflow_id, workflow)
-        return TurnHandle(session_id, turn_id, workflow_id, workflow)
-
-    def _started_without_entry(self, workflow_id: str, starting: asyncio.Future[Any]) -> None:
-        """A turn started for an entry that failed (it ends at once when it runs): kept for
-        the shutdown's grace wait like any turn; a start that failed is only logged."""
-        if not starting.cancelled() and starting.exception() is None:
-            self._remember(workflow_id, starting.result())
-            return
-        self.ctx.handovers.close(workflow_id)
-        error = "cancelled" if starting.cancelled() else type(starting.exception()).__name__
-        log_event("turn.start_failed", workflowId=workflow_id, error=error)
-
-    async def _enter_persistent(
-        self,
-        session_id: str,
-        agent_type: str,
-        message: str | None,
-        turn_id: str,
-        owner: SessionOwner | None = None,
-    ) -> TurnHandle:
-        """A persistent session's message: to its live workflow's inbox, or a new workflow."""
-        entered = await persistent.deliver(
-            self.ctx, session_id, agent_type, message, turn_id, owner=owner
-        )
-        self._remember(entered.workflow_id, entered.workflow)
-        if entered.delivery == "delivered" and self.fleet is not None:
-            # The live workflow's process may be gone: adopt it now, not at the next sweep.
-            await self.fleet.ensure_runner(session_id)
-        return TurnHandle(
-            session_id,
-            turn_id,
-            entered.workflow_id,
-            persistent.TurnResult(entered.workflow_id, turn_id, session_id),
-            delivery=entered.delivery,
-        )
+        """Claim the session for a new run, commit its entry and start its turn
+        (``entering.enter``)."""
+        return await entering.enter(self, session_id, agent_type, message, new=new, owner=owner)
 
     async def resume(
         self,
@@ -714,38 +397,7 @@ class AgentRuntime(NotificationHooks):
         tells the waits apart: the kinds of the calls still unanswered (``approval``,
         ``client_tool``), ``[]`` when none is.
         """
-        tree = await tree_of(self.ctx, session_id)
-        top = tree[0]
-        pending = [
-            {
-                "toolCallId": p.tool_call_id,
-                "toolName": p.tool_name,
-                "input": p.input,
-                "deadlineAt": p.deadline_at,
-                "kind": p.kind,
-                "ownerSessionId": s.session_id,
-                **({"approvalId": p.approval_id} if p.approval_id else {}),
-                **({"submittedAt": p.submitted_at} if p.submitted_at else {}),
-            }
-            for s in tree
-            for p in sorted(s.pending.values(), key=lambda p: p.index)
-        ]
-        status = top.status
-        if status == "running" and any(p.get("submittedAt") is None for p in pending):
-            status = "suspended_client_tool"
-        body: dict[str, Any] = {
-            "sessionId": top.session_id,
-            "status": status,
-            "runId": top.run_id,
-            "pendingToolCalls": pending,
-            "waitingFor": waiting_for(str(p["kind"]) for p in pending if "submittedAt" not in p),
-        }
-        if top.error:
-            body["error"] = top.error
-        for key, value in (("principal", top.principal), ("tenant", top.tenant)):
-            if value is not None:
-                body[key] = value
-        return body
+        return await reads.status_view(self.ctx, session_id)
 
     async def approvals(
         self,
@@ -772,17 +424,17 @@ class AgentRuntime(NotificationHooks):
             RequestValidationError: a limit outside 1..500, a negative duration, a cursor
                 this inbox did not give out.
         """
-        query = ApprovalQuery(
+        return await reads.approval_page(
+            self.store,
             tool=tool,
             session_id=session_id,
             principal=principal,
             tenant=tenant,
-            older_than_ms=None if older_than is None else round(older_than * 1000),
+            older_than=older_than,
             deadline_before=deadline_before,
             limit=limit,
             cursor=cursor,
         )
-        return await list_approvals(self.store, query, now_ms())
 
     async def wait(
         self,
@@ -797,42 +449,10 @@ class AgentRuntime(NotificationHooks):
         Raises:
             TimeoutError: the status did not arrive within ``timeout`` seconds.
         """
-        wanted = set(until)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            view = await self.status(session_id)
-            if view["status"] in wanted:
-                return view
-            if loop.time() > deadline:
-                raise TimeoutError(
-                    f"Session {session_id} is {view['status']}, not {sorted(wanted)}"
-                )
-            await asyncio.sleep(interval)
+        return await reads.wait_for_status(self.status, session_id, until, timeout, interval)
 
     async def wait_for_pending(
         self, session_id: str, count: int = 1, timeout: float = 30.0
     ) -> list[dict[str, Any]]:
         """Poll until at least ``count`` unanswered pending calls exist; returns them."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            view = await self.status(session_id)
-            waiting = [p for p in view["pendingToolCalls"] if "submittedAt" not in p]
-            if len(waiting) >= count:
-                return waiting
-            if view["status"] in _TERMINAL or loop.time() > deadline:
-                raise TimeoutError(
-                    f"Session {session_id} is {view['status']} with {len(waiting)} pending calls"
-                )
-            await asyncio.sleep(0.01)
-
-
-async def _start_turn(
-    workflow_id: str, session_id: str, turn_id: str, agent_type: str, root_session_id: str
-) -> Any:
-    """Start the turn workflow of a new run."""
-    with SetWorkflowID(workflow_id):
-        return await DBOS.start_workflow_async(
-            run_turn, session_id, turn_id, agent_type, root_session_id, layout=names.TURN_LAYOUT
-        )
+        return await reads.wait_for_pending(self.status, session_id, count, timeout)

@@ -20,9 +20,9 @@ from helix_dbos.errors import (
     StoreUnavailableError,
 )
 from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.runtime import entering as entering_module
 from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
-from helix_dbos.runtime import runtime as runtime_module
 from helix_dbos.runtime.turn import run_turn
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent
@@ -199,7 +199,7 @@ async def test_the_first_step_runs_while_dbos_starts_the_workflow(
     runtime = await make_runtime([editor_agent(llm=llm)], heal_interval_seconds=0)
     session_id = await _session_for(runtime, kind, monkeypatch)
     calls = llm.calls
-    real_start = runtime_module._start_turn
+    real_start = entering_module._start_turn
     calls_before_start: list[int] = []
 
     async def held_start(*args: Any) -> Any:
@@ -207,7 +207,7 @@ async def test_the_first_step_runs_while_dbos_starts_the_workflow(
         calls_before_start.append(llm.calls - calls)
         return await real_start(*args)
 
-    monkeypatch.setattr(runtime_module, "_start_turn", held_start)
+    monkeypatch.setattr(entering_module, "_start_turn", held_start)
     handle = await asyncio.wait_for(_start(runtime, kind, session_id), 20)
     assert calls_before_start == [1]
     [call] = await runtime.wait_for_pending(session_id)
@@ -236,7 +236,7 @@ async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
             await _until_pending(runtime, session_id)
         raise RuntimeError("the workflow could not be started")
 
-    monkeypatch.setattr(runtime_module, "_start_turn", failed_start)
+    monkeypatch.setattr(entering_module, "_start_turn", failed_start)
     in_flight = InFlight(runtime, monkeypatch)
     with pytest.raises(RuntimeError):
         await asyncio.wait_for(_start(runtime, kind, session_id), 20)
@@ -306,7 +306,7 @@ async def test_a_failed_entry_ends_its_turn_without_a_write(
     async def refused(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailableError()
 
-    monkeypatch.setattr(runtime_module, "open_turn", refused)
+    monkeypatch.setattr(entering_module, "open_turn", refused)
     with pytest.raises(StoreUnavailableError):
         await runtime.start("editor", "1 edit")
     [workflow] = await DBOS.list_workflows_async(name=names.TURN_WORKFLOW)
