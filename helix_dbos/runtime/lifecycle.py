@@ -6,7 +6,8 @@ turn. The workflow is started before anything is written, so a crash at any poin
 nothing (ask again) or is recovered: the step is recorded and the turn goes on.
 
 The conversation is changed by ``_reshape``: the rows that leave are marked (kept for audit,
-see ``store/history.py``) and the rows that come back are re-appended as copies.
+see ``store/history.py``) and the rows that come back are re-appended as copies. What a retry
+leaves is planned by the pure steps of ``retry_plan.py``.
 
 What a retry does (the rules the lifecycle page documents):
 
@@ -30,7 +31,7 @@ re-appended, never dropped); a message replaces that input; with neither it is r
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -38,11 +39,8 @@ from dbos import DBOS, SetWorkflowID
 
 from ..core.events import event
 from ..core.llm import LLMResponse
-from ..core.markers import entry_input_run, is_input_row, is_sub_agent_notification
-from ..core.markers import mark_entry_input as _mark
 from ..core.messages import Message
-from ..core.pairing import not_executed_results, unpaired_tool_calls
-from ..core.session import SessionState
+from ..core.session import PendingCall, SessionState
 from ..errors import (
     AgentAlreadyRunningError,
     AgentNotResumableError,
@@ -64,11 +62,11 @@ from .records import (
     LifecycleApplied,
     LifecycleRefused,
     ModelStepResult,
-    ToolCallRef,
+    PlanItem,
     TurnOutcome,
 )
-from .resolve import resolve_call
-from .steps import _pending_entries, _start_events, tool_result_message
+from .retry_plan import Reshape, heals, plan_retry
+from .steps import _pending_entries, _start_events
 from .turn import _Turn
 
 __all__ = ["Op", "Reshape", "apply_lifecycle", "precheck", "run_lifecycle", "start_lifecycle"]
@@ -80,18 +78,6 @@ RETRYABLE = frozenset({"failed", "interrupted"})
 
 
 # -- planning (pure) ------------------------------------------------------------------------
-
-
-@dataclass
-class Reshape:
-    """The conversation a retry or rewind leaves, and what the new run starts from."""
-
-    desired: list[LogRow | Message]
-    """The new conversation: kept rows (re-appended as copies when out of place) and new rows."""
-    batch: list[Any] | None = None
-    """A restored assistant message's calls: the new run takes them over (no model call)."""
-    ended: bool = False
-    """The conversation ends with the model's final reply: no run continues."""
 
 
 def _refuse_status(state: SessionState, op: Op) -> None:
@@ -120,115 +106,6 @@ def _refuse_status(state: SessionState, op: Op) -> None:
         )
 
 
-def _drained(state: SessionState, live: list[LogRow]) -> list[Message]:
-    """Results for the session's pending calls whose tool_use has none yet (rule 6): a stored
-    answer is used as given; an unanswered call was never executed."""
-    open_calls = {tcid for tcid, _ in unpaired_tool_calls([r.message for r in live])}
-    out: list[Message] = []
-    for entry in sorted(state.pending.values(), key=lambda p: (p.run_id, p.index)):
-        if entry.tool_call_id not in open_calls:
-            continue
-        item: ToolCallRef = {"toolCallId": entry.tool_call_id, "toolName": entry.tool_name}
-        resolved = resolve_call(item, entry.dump(), abandon=False)
-        if entry.submitted_at is None or "runInput" in resolved:
-            # Unanswered, or an approved call whose tool never ran: it was not executed.
-            resolved = {
-                "toolCallId": entry.tool_call_id,
-                "toolName": entry.tool_name,
-                "ok": False,
-                "errorCode": "not_executed",
-            }
-        out.append(tool_result_message(resolved))
-    return out
-
-
-def _heals(rows: list[LogRow | Message]) -> list[Message]:
-    """``not_executed`` results for tool calls left without one (every provider needs one)."""
-    return not_executed_results([r.message if isinstance(r, LogRow) else r for r in rows])
-
-
-def plan_retry(
-    state: SessionState,
-    rows: list[LogRow],
-    run_id: str,
-    message: str | None,
-    target: list[LogRow] | None,
-) -> Reshape:
-    """The retry's new conversation (rules 2 to 6; see the module docstring).
-
-    ``target`` is the conversation at an explicit checkpoint, else ``None``.
-
-    Raises:
-        RequestValidationError: a message is needed (``cause: message``).
-    """
-    live = [r for r in rows if r.rewound_at is None]
-    failed = state.run_id or ""
-    drained = _drained(state, live)
-    stash = state.metadata.get(STASH_KEY) or {}
-    stashed = stash.get("message") if isinstance(stash, dict) else None
-
-    def given(text: str) -> Message:
-        return _mark(Message(role="user", content=text), run_id)
-
-    def again(row: LogRow) -> Message:
-        """A row re-appended as this run's own input (naming its original)."""
-        meta = {**(row.message.meta or {}), "restoredFrom": row.message_id}
-        return _mark(row.message.model_copy(update={"meta": meta}), run_id)
-
-    if target is not None:
-        kept_ids = {r.message_id for r in target}
-        later = [r for r in live if r.message_id not in kept_ids]
-        first_input = next((r for r in later if is_input_row(r.message)), None)
-        if message is None and first_input is None:
-            raise RequestValidationError(
-                "Nothing after this checkpoint is user input to re-run: give a message",
-                cause="message",
-            )
-        tail: list[LogRow | Message] = []
-        for row in later:
-            if is_sub_agent_notification(row.message):
-                tail.append(row)  # never dropped, never input
-            elif row is first_input:
-                tail.append(given(message) if message is not None else again(row))
-        if message is not None and first_input is None:
-            tail.append(given(message))
-        desired: list[LogRow | Message] = list(target)
-        return Reshape(desired + _heals(desired) + tail)
-
-    committed = any(r.run_id == failed and r.message.role == "assistant" for r in live)
-    own = next(
-        (
-            i
-            for i in range(len(live) - 1, -1, -1)
-            if entry_input_run(live[i].message) == failed and is_input_row(live[i].message)
-        ),
-        None,
-    )
-    if stashed is not None:
-        # Rule 5: drain first, then the stashed message (a given one replaces it).
-        keep: list[LogRow | Message] = list(live)
-        keep += drained
-        return Reshape(keep + _heals(keep) + [given(message or stashed)])
-    if not committed and own is not None:
-        # Rules 2 and 4: rewind to just before the run's own input and re-append it (a given
-        # message replaces it), with the rows after it.
-        head: list[LogRow | Message] = list(live[:own])
-        head += drained
-        redo: list[LogRow | Message] = [given(message) if message is not None else again(live[own])]
-        redo += [r for r in live[own + 1 :]]
-        return Reshape(head + redo)
-    if committed and message is None:
-        raise RequestValidationError(
-            "The failed run committed steps: a retry needs a message, as a new message does",
-            cause="message",
-            runId=failed,
-        )
-    keep = list(live)
-    keep += drained
-    entry: list[LogRow | Message] = [given(message)] if message is not None else []
-    return Reshape(keep + _heals(keep) + entry)
-
-
 def plan_rewind(agent: Any, target: list[LogRow]) -> Reshape:
     """The rewind's new conversation: exactly the checkpoint's, and where the run restarts."""
     last = target[-1].message if target else None
@@ -244,7 +121,7 @@ def plan_rewind(agent: Any, target: list[LogRow]) -> Reshape:
             )
         return Reshape(list(target), batch=list(last.tool_calls))
     desired: list[LogRow | Message] = list(target)
-    return Reshape([*desired, *_heals(desired)])
+    return Reshape([*desired, *heals(desired)])
 
 
 # -- applying it ----------------------------------------------------------------------------
@@ -280,6 +157,97 @@ async def _reshape(
     return len(live) - k, len(new)
 
 
+def _no_checkpoint(session_id: str, checkpoint_id: str) -> SessionNotFoundError:
+    """The refusal of a checkpoint the session does not have."""
+    return SessionNotFoundError(
+        f"Session {session_id!r} has no checkpoint {checkpoint_id!r}",
+        sessionId=session_id,
+        checkpointId=checkpoint_id,
+        cause="checkpoint",
+    )
+
+
+async def _target(
+    conn: AsyncConnection, session_id: str, rows: list[LogRow], checkpoint_id: str | None
+) -> list[LogRow] | None:
+    """The conversation at ``checkpoint_id`` (``None`` without one).
+
+    Raises:
+        SessionNotFoundError: the session has no such checkpoint.
+    """
+    if checkpoint_id is None:
+        return None
+    found = await list_checkpoints(conn, session_id, checkpoint_id)
+    if not found:
+        raise _no_checkpoint(session_id, checkpoint_id)
+    return conversation_at(rows, found[0])
+
+
+def _plan(
+    agent: Any,
+    state: SessionState,
+    rows: list[LogRow],
+    run_id: str,
+    op: Op,
+    message: str | None,
+    target: list[LogRow] | None,
+) -> Reshape:
+    """The op's plan: a rewind to ``target``, or a retry (from ``target`` if given)."""
+    if op == "rewind":
+        assert target is not None
+        return plan_rewind(agent, target)
+    return plan_retry(state, rows, run_id, message, target)
+
+
+def _commit(
+    session_id: str,
+    run_id: str,
+    workflow_id: str,
+    plan: Reshape,
+    entries: dict[str, PendingCall],
+) -> Callable[[dict[str, SessionState]], None]:
+    """The session's new state: the new run owns it, with the restored batch's calls pending
+    (a session already running again is refused)."""
+    restored_ids = {c.id for c in plan.batch or []}
+
+    def commit(states: dict[str, SessionState]) -> None:
+        s = states[session_id]
+        if s.status in ACTIVE_STATUSES:
+            raise AgentAlreadyRunningError(
+                f"Session {session_id!r} has a turn {s.status}", sessionId=session_id
+            )
+        for tcid in list(s.pending):
+            s.ownership.pop(tcid, None)  # discarded: a late submit answers unknown_tool_call
+        s.pending = dict(entries)
+        for tcid in restored_ids:
+            s.completed.pop(tcid, None)
+        for tcid in entries:
+            s.ownership[tcid] = session_id
+        s.metadata.pop(STASH_KEY, None)
+        s.error = None
+        s.run_id = run_id
+        s.workflow_id = workflow_id
+        s.status = "completed" if plan.ended else "suspended_client_tool" if entries else "running"
+
+    return commit
+
+
+def _restored_step(
+    agent: Any, plan: Reshape, call_plan: list[PlanItem], entries: dict[str, PendingCall]
+) -> ModelStepResult | None:
+    """A restored batch in the shape of a model step's answer (``None`` without one)."""
+    if not plan.batch:
+        return None
+    last = next(m for m in reversed(plan.desired) if isinstance(m, LogRow))
+    response = LLMResponse(text=last.message.content, tool_calls=plan.batch)
+    return {
+        "response": response.model_dump(mode="json"),
+        "llm": agent.llm.name,
+        "plan": call_plan,
+        "deadlines": {k: v.deadline_at for k, v in entries.items()},
+    }
+
+
 @exactly_once(names.LIFECYCLE_APPLY_STEP, "lifecycle")
 async def apply_lifecycle(
     session_id: str,
@@ -303,28 +271,11 @@ async def apply_lifecycle(
     _refuse_status(state, op)
     rows = await load_rows(conn, session_id)
     live = [r for r in rows if r.rewound_at is None]
-    target = None
-    if checkpoint_id is not None:
-        found = await list_checkpoints(conn, session_id, checkpoint_id)
-        if not found:
-            raise SessionNotFoundError(
-                f"Session {session_id!r} has no checkpoint {checkpoint_id!r}",
-                sessionId=session_id,
-                checkpointId=checkpoint_id,
-                cause="checkpoint",
-            )
-        target = conversation_at(rows, found[0])
+    target = await _target(conn, session_id, rows, checkpoint_id)
     agent = ctx.registry.get(state.agent_type)
-    if op == "rewind":
-        assert target is not None
-        plan = plan_rewind(agent, target)
-    else:
-        plan = plan_retry(state, rows, run_id, message, target)
-    marker = {
-        "op": op,
-        "runId": run_id,
-        **({"checkpointId": checkpoint_id} if checkpoint_id else {}),
-    }
+    plan = _plan(agent, state, rows, run_id, op, message, target)
+    checkpoint = {"checkpointId": checkpoint_id} if checkpoint_id else {}
+    marker = {"op": op, "runId": run_id, **checkpoint}
     rewound, restored = await _reshape(conn, session_id, run_id, live, plan.desired, marker)
 
     call_plan = plan_calls(agent, plan.batch) if plan.batch else []
@@ -332,27 +283,7 @@ async def apply_lifecycle(
     entries = _pending_entries(
         call_plan, run_id, at, int(agent.completed_tombstone_retention * 1000)
     )
-    restored_ids = {c.id for c in plan.batch or []}
-
-    def commit(states: dict[str, SessionState]) -> None:
-        s = states[session_id]
-        if s.status in ACTIVE_STATUSES:
-            raise AgentAlreadyRunningError(
-                f"Session {session_id!r} has a turn {s.status}", sessionId=session_id
-            )
-        for tcid in list(s.pending):
-            s.ownership.pop(tcid, None)  # discarded: a late submit answers unknown_tool_call
-        s.pending = dict(entries)
-        for tcid in restored_ids:
-            s.completed.pop(tcid, None)
-        for tcid in entries:
-            s.ownership[tcid] = session_id
-        s.metadata.pop(STASH_KEY, None)
-        s.error = None
-        s.run_id = run_id
-        s.workflow_id = workflow_id
-        s.status = "completed" if plan.ended else "suspended_client_tool" if entries else "running"
-
+    commit = _commit(session_id, run_id, workflow_id, plan, entries)
     await ctx.store.update([session_id], commit, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn)
     new_events = [
         event(
@@ -361,7 +292,7 @@ async def apply_lifecycle(
             runId=run_id,
             rewoundMessages=rewound,
             restoredMessages=restored,
-            **({"checkpointId": checkpoint_id} if checkpoint_id else {}),
+            **checkpoint,
         )
     ]
     if not plan.ended:
@@ -371,16 +302,7 @@ async def apply_lifecycle(
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     await ctx.store.append_events(session_id, run_id, new_events, conn)
     await notes.write(conn, notes.park_rows(session_id, state.root_session_id, call_plan, entries))
-    committed: ModelStepResult | None = None
-    if plan.batch:
-        last = next(m for m in reversed(plan.desired) if isinstance(m, LogRow))
-        response = LLMResponse(text=last.message.content, tool_calls=plan.batch)
-        committed = {
-            "response": response.model_dump(mode="json"),
-            "llm": agent.llm.name,
-            "plan": call_plan,
-            "deadlines": {k: v.deadline_at for k, v in entries.items()},
-        }
+    committed = _restored_step(agent, plan, call_plan, entries)
     return {"ended": plan.ended, "committed": committed, "agentType": state.agent_type}
 
 
@@ -535,9 +457,4 @@ async def require_checkpoint(session_id: str, checkpoint_id: str) -> None:
     """
     async with current().store.engine.connect() as conn:
         if not await list_checkpoints(conn, session_id, checkpoint_id):
-            raise SessionNotFoundError(
-                f"Session {session_id!r} has no checkpoint {checkpoint_id!r}",
-                sessionId=session_id,
-                checkpointId=checkpoint_id,
-                cause="checkpoint",
-            )
+            raise _no_checkpoint(session_id, checkpoint_id)
