@@ -121,11 +121,16 @@ async def claim_due_page(
             {"now": now, "types": list(agent_types), "limit": limit, "until": now + lease_ms},
         )
         return [session_row.decode_tuple(r) for r in rows]
-    claimed = []
-    for session_id in await due_sessions(store, now, limit, agent_types):
-        state = await claim_due(store, session_id, now, lease_ms)
-        if state is not None:
-            claimed.append(state)
+    claimed: list[SessionState] = []
+    while len(claimed) < limit:
+        # Another keeper may take some of the rows read: read again for the rest, so that a
+        # short page still means that no more rows are due.
+        want = limit - len(claimed)
+        due = await due_sessions(store, now, want, agent_types)
+        got = [s for s in [await claim_due(store, sid, now, lease_ms) for sid in due] if s]
+        claimed += got
+        if len(due) < want or not got:
+            break
     return claimed
 
 
