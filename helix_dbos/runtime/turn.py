@@ -51,6 +51,7 @@ from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
 from .handover import EntryInputs, FirstStep, ParkedBatch, detached
+from .model_step import model_answer
 from .once import FENCED
 from .plan import SUSPENDING_KINDS
 from .records import (
@@ -68,7 +69,8 @@ from .records import (
     WokenAnswers,
     child_run_id,
 )
-from .resolve import resolve_call
+from .resolve import child_result, resolve_call
+from .server_tool import run_server_tool
 
 __all__ = ["run_turn", "start_first_step", "stopped_outcome"]
 
@@ -111,7 +113,7 @@ def start_first_step(
 
     async def first_step() -> ModelStepResult | FencedResult:
         with patience(None):
-            return await steps.model_answer(
+            return await model_answer(
                 names.turn_slot(workflow_id, turn_id, 0, "model"),
                 session_id,
                 root_session_id,
@@ -278,7 +280,7 @@ class _Turn:
         entry, self.entry = self.entry, None  # handed over to one step only
         if isinstance(entry, asyncio.Task):
             return cast("ModelStepResult | FencedResult", await entry)
-        return await steps.model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
+        return await model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
 
     async def _step(
         self,
@@ -309,7 +311,7 @@ class _Turn:
             del taken
             deadlines, ended = await self._taken_up(child)
             item = next(i for i in plan if i["toolCallId"] == child)
-            results[child] = _completed(_ids(item), _child_result(ended))
+            results[child] = _completed(_ids(item), child_result(ended))
             del ended
 
         for item in plan:
@@ -326,7 +328,7 @@ class _Turn:
             elif item["kind"] == "server":
                 results[item["toolCallId"]] = _completed(
                     _ids(item),
-                    await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
+                    await run_server_tool(self.agent_type, item["toolName"], item["input"]),
                 )
             elif item["kind"] == "subagent":
                 ran = await self._run_child(item)
@@ -335,7 +337,7 @@ class _Turn:
                     decided = await self._hibernate(step, plan, results, item["toolCallId"])
                     if decided["hibernated"]:
                         return self._hibernated(item["toolCallId"])
-                    ran = _child_result(decided["childOutcome"])
+                    ran = child_result(decided["childOutcome"])
                 results[item["toolCallId"]] = _completed(_ids(item), ran)
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
         woken: WokenAnswers = {}
@@ -527,7 +529,7 @@ class _Turn:
         result = resolve_call(item, entry, abandon)
         run_input = result.pop("runInput", None)
         if run_input is not None:
-            ran = await steps.run_server_tool(self.agent_type, item["toolName"], run_input)
+            ran = await run_server_tool(self.agent_type, item["toolName"], run_input)
             result = _completed(result, ran)
         return result
 
@@ -569,7 +571,7 @@ class _Turn:
             }
         if outcome.get("outcome") == "hibernated":
             return None
-        return _child_result(outcome)
+        return child_result(outcome)
 
     async def _finish(
         self, outcome: Ending, text: str, error: TurnError | None, output: Any = None
@@ -586,27 +588,6 @@ class _Turn:
             **self.summary,
         )
         return _outcome(outcome, text, output, error, self.run_id)
-
-
-def _child_result(outcome: TurnOutcome) -> ServerToolResult:
-    """A sub-agent call's result from the sub-agent's turn outcome."""
-    if outcome.get("outcome") == "completed":
-        return {
-            "ok": True,
-            "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
-        }
-    if outcome.get("outcome") == "stopped":
-        return {
-            "ok": False,
-            "error": "The sub-agent was stopped before it finished.",
-            "errorCode": "aborted",
-        }
-    error: TurnError | dict[str, Any] = outcome.get("error") or {}
-    return {
-        "ok": False,
-        "error": f"The sub-agent failed: {error.get('message', '')}",
-        "errorCode": error.get("code", "tool_execution_failed"),
-    }
 
 
 def _check_fence(committed: R | FencedResult) -> R:
