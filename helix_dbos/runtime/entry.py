@@ -136,10 +136,13 @@ async def open_turn(
     existing = None
     history: list[Message] = []  # a new session has no log to heal
     if not new:
-        # The row and its conversation in one read. The claim below swaps from that row, and
-        # every write to a conversation moves its row's version: a claim that lands read the
-        # whole conversation (a lost swap runs the transaction again). So the read need not
-        # be in the transaction: read apart, the claim's commit is one statement.
+        # The row and its conversation in one read, apart: the claim's commit is then one
+        # statement. The claim swaps from that row, and lands only on a row no turn holds
+        # (not in an active status). A write to a conversation either moves its row's version
+        # (a lost swap runs this transaction again) or, with no swap (a model step's or a
+        # results commit's messages when no call waits), is made under the row's lock by a
+        # commit fenced on an active status: on the row claimed from, none can land. So a
+        # claim that lands read the whole conversation (ARCHITECTURE.md, rule 26).
         try:
             read, history = await store.resume_inputs(session_id, (), conn, apart=True)
             existing = read[session_id]
