@@ -136,13 +136,11 @@ async def open_turn(
     existing = None
     history: list[Message] = []  # a new session has no log to heal
     if not new:
-        # The row and its conversation in one read, apart: the claim's commit is then one
-        # statement. The claim swaps from that row, and lands only on a row no turn holds
-        # (not in an active status). A write to a conversation either moves its row's version
-        # (a lost swap runs this transaction again) or, with no swap (a model step's or a
-        # results commit's messages when no call waits), is made under the row's lock by a
-        # commit fenced on an active status: on the row claimed from, none can land. So a
-        # claim that lands read the whole conversation (ARCHITECTURE.md, rule 26).
+        # Read apart (the claim's commit is then one statement), yet whole: the claim swaps
+        # from this row, not active. A write to a conversation moves its row's version (a
+        # lost swap runs this again), or, with no swap, is made under the row's lock by a
+        # commit fenced on an active status, which cannot land on this row (ARCHITECTURE.md,
+        # rule 26).
         try:
             read, history = await store.resume_inputs(session_id, (), conn, apart=True)
             existing = read[session_id]
