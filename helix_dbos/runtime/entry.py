@@ -136,10 +136,11 @@ async def open_turn(
     existing = None
     history: list[Message] = []  # a new session has no log to heal
     if not new:
-        # The row and its conversation in one read. The claim below swaps from that row, and
-        # every write to a conversation moves its row's version: a claim that lands read the
-        # whole conversation (a lost swap runs the transaction again). So the read need not
-        # be in the transaction: read apart, the claim's commit is one statement.
+        # Read apart (the claim's commit is then one statement), yet whole: the claim swaps
+        # from this row, not active. A write to a conversation moves its row's version (a
+        # lost swap runs this again), or, with no swap, is made under the row's lock by a
+        # commit fenced on an active status, which cannot land on this row (ARCHITECTURE.md,
+        # rule 26).
         try:
             read, history = await store.resume_inputs(session_id, (), conn, apart=True)
             existing = read[session_id]
