@@ -155,6 +155,24 @@ def create_router(
         runtime, authenticate, verbose_validation_errors, limiter_for(rate_limit_per_minute)
     )
     router = APIRouter(route_class=HelixRoute)
+    _add_turn_routes(router, api, token_issuer)
+    _add_retry_routes(router, api)
+    _add_read_routes(router, api)
+    _add_control_routes(router, api)
+    _add_submit_routes(router, api)
+    # AG-UI 1.0 (POST /agui/{agentType}): the same runtime, hook and rate limit.
+    router.include_router(create_agui_router(api))
+    # The approval inbox (GET /approvals), behind the same hook.
+    router.include_router(create_approvals_router(api))
+    return router
+
+
+def _add_turn_routes(
+    router: APIRouter, api: RouteContext, token_issuer: TokenIssuer | None
+) -> None:
+    """Register ``POST /start`` (a new session or turn; with ``token_issuer``, its token) and
+    ``POST /resume`` on ``router``."""
+    runtime = api.runtime
 
     @router.post(
         "/start",
@@ -202,7 +220,10 @@ def create_router(
         )
         return JSONResponse(handle.dump())
 
-    # -- retry and checkpoints (docs/lifecycle.md) -----------------------------------------
+
+def _add_retry_routes(router: APIRouter, api: RouteContext) -> None:
+    """Register ``POST /retry`` and ``GET /checkpoints`` on ``router`` (docs/lifecycle.md)."""
+    runtime = api.runtime
 
     @router.post(
         "/retry",
@@ -239,6 +260,12 @@ def create_router(
         await api.query(request, "checkpoints", session_id)
         found = await runtime.checkpoints(session_id)
         return JSONResponse({"sessionId": session_id, "checkpoints": found})
+
+
+def _add_read_routes(router: APIRouter, api: RouteContext) -> None:
+    """Register the reads of a session on ``router``: ``GET /sse`` (its event stream) and
+    ``GET /status``."""
+    runtime = api.runtime
 
     @router.get(
         "/sse",
@@ -285,6 +312,10 @@ def create_router(
         await api.query(request, "status", session_id)
         return JSONResponse(await runtime.status(session_id))
 
+
+def _add_control_routes(router: APIRouter, api: RouteContext) -> None:
+    """Register ``POST /interrupt`` and ``POST /abort`` (stop a session's turn) on ``router``."""
+    runtime = api.runtime
     control_responses: dict[int | str, dict[str, Any]] = {
         **BODY_RESPONSES,
         404: error_response_doc("`state_not_found`: no such session."),
@@ -318,6 +349,10 @@ def create_router(
             {"sessionId": state.session_id, "status": state.status, "runId": state.run_id}
         )
 
+
+def _add_submit_routes(router: APIRouter, api: RouteContext) -> None:
+    """Register ``POST /submit-tool-result`` and its chat-path twin
+    ``POST /chat/{chat_id}/submit-tool-result`` on ``router``."""
     submit_responses: dict[int | str, dict[str, Any]] = {
         **BODY_RESPONSES,
         400: error_response_doc(
@@ -366,9 +401,3 @@ def create_router(
         request: Request, chat_id: Annotated[str, IDENTIFIER_PATH_DOC]
     ) -> Response:
         return await _submit(api, request, chat_id)
-
-    # AG-UI 1.0 (POST /agui/{agentType}): the same runtime, hook and rate limit.
-    router.include_router(create_agui_router(api))
-    # The approval inbox (GET /approvals), behind the same hook.
-    router.include_router(create_approvals_router(api))
-    return router
