@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 from fastapi import APIRouter, FastAPI
 
@@ -32,7 +32,7 @@ from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router
 from .demo_page import install_demo_page, serves_demo_agent
 from .errors import install_error_handlers
-from .limits import DEFAULT_SUBMIT_RATE_LIMIT, limiter_for
+from .limits import DEFAULT_SUBMIT_RATE_LIMIT, SlidingWindowLimiter, limiter_for
 from .metrics import METRICS_TOKEN_ENV, create_metrics_router, metrics_token_auth
 from .openapi import document_session_tokens
 from .router import create_router
@@ -122,6 +122,17 @@ def _demo() -> list[Agent]:
     )
 
 
+class _RouterOptions(TypedDict):
+    """The options the agent routes and the chat routes share (one hook, one rate limit)."""
+
+    authenticate: AuthHook | None
+    allow_unauthenticated: bool
+    service_name: str | None
+    verbose_validation_errors: bool
+    rate_limit_per_minute: SlidingWindowLimiter | None
+    token_issuer: TokenIssuer | None
+
+
 def create_app(
     runtime: AgentRuntime | None = None,
     *,
@@ -171,29 +182,15 @@ def create_app(
             ``demo_page=True`` without the demo agent, or a metrics token under 16 characters.
     """
     secret = auth_secret if auth_secret is not None else os.environ.get(AUTH_SECRET_ENV) or None
-    if runtime is None:
-        if agents is None:
-            agents = _demo()
-        elif isinstance(agents, Agent):
-            agents = [agents]
-        runtime = AgentRuntime(
-            agents, settings or HelixSettings.from_env(), service_name=service_name
-        )
-    served = [agent.name for agent in runtime.registry]
-    if chat_agent_type is None and served:
-        chat_agent_type = served[0]
-    if chat and chat_agent_type not in runtime.registry:
-        raise ConfigError(
-            f"The chat agent {chat_agent_type!r} is not served (agents: {', '.join(served)})"
-        )
+    runtime = _runtime_for(runtime, agents, settings, service_name)
+    chat_agent_type = _chat_agent(runtime, chat_agent_type, chat=chat)
     # One window per session for the agent routes and the chat: one documented limit.
     limiter = limiter_for(rate_limit_per_minute)
     authenticate: AuthHook | None = None
     issuer: TokenIssuer | None = None
     if secret:
         authenticate, issuer = session_token_auth(secret, token_ttl_seconds)
-    router = create_router(
-        runtime,
+    shared = _RouterOptions(
         authenticate=authenticate,
         allow_unauthenticated=allow_unauthenticated and authenticate is None,
         service_name=service_name,
@@ -201,10 +198,67 @@ def create_app(
         rate_limit_per_minute=limiter,
         token_issuer=issuer,
     )
+    router = create_router(runtime, **shared)
+    app = _bare_app(runtime, _wants_demo_page(runtime, demo_page), tokens=issuer is not None)
+    app.include_router(router)
+    app.include_router(_metrics_router(runtime, metrics_token, authenticated=secret is not None))
+    if chat and chat_agent_type is not None:
+        # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
+        app.include_router(create_chat_router(runtime, agent_type=chat_agent_type, **shared))
+    app.state.runtime = runtime
+    return app
+
+
+def _runtime_for(
+    runtime: AgentRuntime | None,
+    agents: Agent | Iterable[Agent] | AgentRegistry | None,
+    settings: HelixSettings | None,
+    service_name: str | None,
+) -> AgentRuntime:
+    """The runtime to serve: ``runtime`` when given, else one over ``agents`` (default: the
+    demo agents) on ``settings`` (default: from the environment)."""
+    if runtime is not None:
+        return runtime
+    if agents is None:
+        agents = _demo()
+    elif isinstance(agents, Agent):
+        agents = [agents]
+    return AgentRuntime(agents, settings or HelixSettings.from_env(), service_name=service_name)
+
+
+def _chat_agent(runtime: AgentRuntime, chat_agent_type: str | None, *, chat: bool) -> str | None:
+    """The agent ``POST /chat`` starts: ``chat_agent_type``, else the first agent served.
+
+    Raises:
+        ConfigError: the chat routes are on and that agent is not served.
+    """
+    served = [agent.name for agent in runtime.registry]
+    if chat_agent_type is None and served:
+        chat_agent_type = served[0]
+    if chat and chat_agent_type not in runtime.registry:
+        raise ConfigError(
+            f"The chat agent {chat_agent_type!r} is not served (agents: {', '.join(served)})"
+        )
+    return chat_agent_type
+
+
+def _wants_demo_page(runtime: AgentRuntime, demo_page: bool | None) -> bool:
+    """Whether to serve the demo page: as asked, else when the runtime serves the demo agent.
+
+    Raises:
+        ConfigError: the page is asked for and the runtime does not serve the demo agent.
+    """
     if demo_page is None:
-        demo_page = serves_demo_agent(runtime.registry)
-    elif demo_page and not serves_demo_agent(runtime.registry):
+        return serves_demo_agent(runtime.registry)
+    if demo_page and not serves_demo_agent(runtime.registry):
         raise ConfigError("The demo page needs the demo agent 'editor' with 'editContent'")
+    return demo_page
+
+
+def _bare_app(runtime: AgentRuntime, demo_page: bool, *, tokens: bool) -> FastAPI:
+    """The FastAPI app before its routers: the runtime's lifespan, the typed error answers,
+    the local API documentation (with session ``tokens``, its Authorize button) and, with
+    ``demo_page``, the demo page."""
     app = FastAPI(
         title="helix-dbos agent server",
         version=__version__,
@@ -214,26 +268,9 @@ def create_app(
     )
     install_error_handlers(app)
     install_api_docs(app)
-    if issuer is not None:
+    if tokens:
         # /docs gets an Authorize button; without authentication no scheme is declared.
         document_session_tokens(app)
     if demo_page:
         install_demo_page(app)
-    app.include_router(router)
-    app.include_router(_metrics_router(runtime, metrics_token, authenticated=secret is not None))
-    if chat and chat_agent_type is not None:
-        # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
-        app.include_router(
-            create_chat_router(
-                runtime,
-                agent_type=chat_agent_type,
-                authenticate=authenticate,
-                allow_unauthenticated=allow_unauthenticated and authenticate is None,
-                service_name=service_name,
-                verbose_validation_errors=verbose_validation_errors,
-                rate_limit_per_minute=limiter,
-                token_issuer=issuer,
-            )
-        )
-    app.state.runtime = runtime
     return app
