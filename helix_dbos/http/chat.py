@@ -140,45 +140,60 @@ def answers_in(
         call = pending.get(tool_call_id) if isinstance(tool_call_id, str) else None
         if call is None or tool_call_id is None:
             continue
-        state = part["state"]
-        shown = part.get("input")
         if call.get("kind") == "approval":
-            approval = part.get("approval")
-            if state != "approval-responded" or not isinstance(approval, dict):
-                raise _invalid("approval")
-            approval_id, approved = approval.get("id"), approval.get("approved")
-            reason = approval.get("reason")
-            if (
-                not isinstance(approval_id, str)
-                or not isinstance(approved, bool)
-                or not isinstance(reason, str | None)
-            ):
-                raise _invalid("approval")
-            out.append(
-                Submission(
-                    session_id,
-                    tool_call_id,
-                    "approval-response",
-                    approval_id=approval_id,
-                    approved=approved,
-                    reason=reason,
-                    shown_input=shown if isinstance(shown, dict) else None,
-                )
-            )
-        elif state == "output-available":
-            out.append(
-                Submission(
-                    session_id, tool_call_id, "client-tool-result", result=part.get("output")
-                )
-            )
-        elif state == "output-error":
-            text = part.get("errorText")
-            if not isinstance(text, str):
-                raise _invalid("error_text")
-            out.append(Submission(session_id, tool_call_id, "client-tool-result", error=text))
+            out.append(_approval_answer(session_id, tool_call_id, part))
         else:
-            raise _invalid("state")
+            out.append(_result_answer(session_id, tool_call_id, part))
     return out
+
+
+def _approval_answer(session_id: str, tool_call_id: str, part: dict[str, Any]) -> Submission:
+    """The approval decision a tool part in the state ``approval-responded`` carries.
+
+    Raises:
+        RequestValidationError: another state, or an ``approval`` without a string ``id``, a
+            boolean ``approved`` and an optional string ``reason`` (``cause: approval``).
+    """
+    approval = part.get("approval")
+    if part["state"] != "approval-responded" or not isinstance(approval, dict):
+        raise _invalid("approval")
+    approval_id, approved = approval.get("id"), approval.get("approved")
+    reason = approval.get("reason")
+    if (
+        not isinstance(approval_id, str)
+        or not isinstance(approved, bool)
+        or not isinstance(reason, str | None)
+    ):
+        raise _invalid("approval")
+    shown = part.get("input")
+    return Submission(
+        session_id,
+        tool_call_id,
+        "approval-response",
+        approval_id=approval_id,
+        approved=approved,
+        reason=reason,
+        shown_input=shown if isinstance(shown, dict) else None,
+    )
+
+
+def _result_answer(session_id: str, tool_call_id: str, part: dict[str, Any]) -> Submission:
+    """The client tool's result (``output-available``) or error (``output-error``) a tool
+    part carries.
+
+    Raises:
+        RequestValidationError: an error without a string ``errorText`` (``cause:
+            error_text``) or another state (``cause: state``).
+    """
+    state = part["state"]
+    if state == "output-available":
+        return Submission(session_id, tool_call_id, "client-tool-result", result=part.get("output"))
+    if state == "output-error":
+        text = part.get("errorText")
+        if not isinstance(text, str):
+            raise _invalid("error_text")
+        return Submission(session_id, tool_call_id, "client-tool-result", error=text)
+    raise _invalid("state")
 
 
 def user_text(message: UIMessage) -> str:
@@ -393,6 +408,14 @@ def create_chat_router(
         "A UI message chunk (JSON), or `[DONE]` at the end.",
         json_data=False,
     )
+    _add_new_chat_route(router, chat)
+    _add_post_chat_route(router, chat, stream_doc)
+    _add_reconnect_route(router, chat, stream_doc)
+    return router
+
+
+def _add_new_chat_route(router: APIRouter, chat: _Chat) -> None:
+    """Register ``POST /chat/sessions`` (a new chat id and its token) on ``router``."""
 
     @router.post(
         "/chat/sessions",
@@ -406,6 +429,11 @@ def create_chat_router(
     )
     async def new_chat(request: Request) -> Response:
         return await chat.new_session(request)
+
+
+def _add_post_chat_route(router: APIRouter, chat: _Chat, stream_doc: dict[str, Any]) -> None:
+    """Register ``POST /chat`` (a message or the answers to pending calls, answered with a UI
+    message stream documented by ``stream_doc``) on ``router``."""
 
     @router.post(
         "/chat",
@@ -435,6 +463,10 @@ def create_chat_router(
     async def post_chat(request: Request) -> Response:
         return await chat.post(request)
 
+
+def _add_reconnect_route(router: APIRouter, chat: _Chat, stream_doc: dict[str, Any]) -> None:
+    """Register ``GET /chat/{chat_id}/stream`` (the AI SDK's reconnect) on ``router``."""
+
     @router.get(
         "/chat/{chat_id}/stream",
         summary="Reconnect to a chat's active stream (Vercel AI SDK resume)",
@@ -453,5 +485,3 @@ def create_chat_router(
         chat_id: ChatIdPath,
     ) -> Response:
         return await chat.reconnect(request, chat_id)
-
-    return router
