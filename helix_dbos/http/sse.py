@@ -197,10 +197,8 @@ async def _follow(
 ) -> AsyncIterator[SessionEvent | None | _CaughtUp]:
     """The loop of ``follow_events``; with ``caught_up``, it yields ``_CAUGHT_UP`` once, at its
     first read that finds nothing new (before it ends or waits)."""
-    loop = asyncio.get_running_loop()
-    last_sent = loop.time()
-    outage_since: float | None = None
-    failures = 0
+    beat = _Heartbeat()
+    outage = _Outage()
     while True:
         if signal is not None:
             signal.clear()  # before the read: a commit after it sets the signal again
@@ -211,19 +209,13 @@ async def _follow(
                 raise
             # The store is unreachable: wait it out (the next poll repeats this one), and
             # give up once it has been gone too long.
-            now = loop.time()
-            if outage_since is None:
-                outage_since = now
-                store_unavailable(None, exc)
-            if now - outage_since >= STORE_WAIT_SECONDS:
-                raise StoreUnavailableError() from None
-            failures += 1
-            if now - last_sent >= HEARTBEAT_SECONDS:
-                last_sent = now
+            now = beat.loop.time()
+            pause = outage.failed(exc, now, poll_seconds)
+            if beat.due(now):
                 yield None
-            await asyncio.sleep(min(1.0, poll_seconds * 2**failures))
+            await asyncio.sleep(pause)
             continue
-        outage_since, failures, view = None, 0, None
+        outage, view = _Outage(), None
         if not batch:
             if caught_up:
                 caught_up = False
@@ -232,23 +224,74 @@ async def _follow(
                 return
             if signal is not None:
                 # Pushed: sleep until the session's events commit; no query meanwhile.
-                while not signal.is_set():
-                    wait = HEARTBEAT_SECONDS - (loop.time() - last_sent)
-                    try:
-                        await asyncio.wait_for(signal.wait(), max(wait, 0.0))
-                    except TimeoutError:
-                        last_sent = loop.time()
-                        yield None
+                while not await beat.wait_for(signal):
+                    yield None
                 continue
-            if loop.time() - last_sent >= HEARTBEAT_SECONDS:
-                last_sent = loop.time()
+            if beat.due(beat.loop.time()):
                 yield None
             await asyncio.sleep(poll_seconds)
             continue
         for item in batch:
             after = item.sequence
             yield item
-        last_sent = loop.time()
+        beat.sent(beat.loop.time())
+
+
+class _Heartbeat:
+    """When an open stream last sent something, so it sends a keep-alive after
+    ``HEARTBEAT_SECONDS`` of silence."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.last_sent = self.loop.time()
+
+    def sent(self, now: float) -> None:
+        """The stream sent something at ``now``."""
+        self.last_sent = now
+
+    def due(self, now: float) -> bool:
+        """Whether a keep-alive is due at ``now``; when it is, it counts as sent."""
+        if now - self.last_sent < HEARTBEAT_SECONDS:
+            return False
+        self.sent(now)
+        return True
+
+    async def wait_for(self, signal: asyncio.Event) -> bool:
+        """Wait for ``signal`` until a keep-alive is due: ``True`` once it is set, ``False``
+        when the keep-alive is due first (it then counts as sent)."""
+        if signal.is_set():
+            return True
+        wait = HEARTBEAT_SECONDS - (self.loop.time() - self.last_sent)
+        try:
+            await asyncio.wait_for(signal.wait(), max(wait, 0.0))
+        except TimeoutError:
+            self.sent(self.loop.time())
+            return False
+        return True
+
+
+class _Outage:
+    """A run of failed polls against an unreachable store: when it began and how many."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, exc: Exception, now: float, poll_seconds: float) -> float:
+        """Record a poll that failed with the transient ``exc`` at ``now`` (the first one
+        logs the outage); returns how long to back off before the next poll.
+
+        Raises:
+            StoreUnavailableError: the store has been gone ``STORE_WAIT_SECONDS`` or more.
+        """
+        if self.since is None:
+            self.since = now
+            store_unavailable(None, exc)
+        if now - self.since >= STORE_WAIT_SECONDS:
+            raise StoreUnavailableError() from None
+        self.failures += 1
+        backoff: float = poll_seconds * 2**self.failures
+        return min(1.0, backoff)
 
 
 async def _poll(
