@@ -289,10 +289,7 @@ class SessionTokens:
         new_session = operation in NEW_SESSION_OPERATIONS and session_id is None
         if new_session and token is None:
             # A brand-new session: nothing to bind yet.
-            if self._authorize_start is None:
-                return True
-            outcome = self._authorize_start(request, operation)
-            return await outcome if inspect.isawaitable(outcome) else outcome
+            return await self._start_answer(request, operation)
         if token is None:
             return {"error": "A session token is required", "status": 401}
         bound = self.verify(token)
@@ -300,17 +297,28 @@ class SessionTokens:
             return {"error": "The session token is invalid or expired", "status": 401}
         if new_session:
             # A token holder starting a new session is treated like anyone else.
-            if self._authorize_start is None:
-                return True
-            outcome = self._authorize_start(request, operation)
-            return await outcome if inspect.isawaitable(outcome) else outcome
-        if operation == "approvals" and session_id != bound:
-            # The inbox of one session only: a session token says nothing about the others.
-            return {"error": "A session token lists only its session's approvals", "status": 403}
-        if session_id is not None and session_id != bound:
-            return {"error": "The session token is for another session", "status": 403}
-        # session_id None: the body is unreadable; validation answers it next.
-        return True
+            return await self._start_answer(request, operation)
+        return _bound_answer(operation, session_id, bound)
+
+    async def _start_answer(self, request: Request, operation: str) -> AuthResult:
+        """The answer to a request that starts a new session: the ``authorize_start`` hook's,
+        else allowed."""
+        if self._authorize_start is None:
+            return True
+        outcome = self._authorize_start(request, operation)
+        return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def _bound_answer(operation: str, session_id: str | None, bound: str) -> AuthResult:
+    """The answer to a valid token bound to the session ``bound`` for a request that names
+    ``session_id``: allowed for that session, 403 for another one."""
+    if operation == "approvals" and session_id != bound:
+        # The inbox of one session only: a session token says nothing about the others.
+        return {"error": "A session token lists only its session's approvals", "status": 403}
+    if session_id is not None and session_id != bound:
+        return {"error": "The session token is for another session", "status": 403}
+    # session_id None: the body is unreadable; validation answers it next.
+    return True
 
 
 def _approver_answer(operation: str, tenant: str, principal: str | None) -> AuthResult:
