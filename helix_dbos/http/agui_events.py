@@ -250,20 +250,14 @@ class AguiRun:
         return [StateSnapshotEvent(snapshot={**(state or {}), "helix": helix})]
 
     def _terminal(self, view: Mapping[str, Any], observed: bool, meta: dict[str, Any]) -> BaseEvent:
+        """The run's terminal event: ``RUN_FINISHED`` with an interrupt (approvals waiting),
+        pending calls (client tools waiting), a cancel or a success, or ``RUN_ERROR`` for a
+        failed turn this run watched."""
         status = view.get("status")
         waiting = waiting_calls(view)
         base = {"thread_id": self.thread_id, "run_id": self.run_id, "metadata": meta or None}
         if waiting:
-            approvals = [c for c in waiting if c.get("kind") == "approval"]
-            if approvals:
-                interrupts = [interrupt_of(c) for c in approvals]
-                return RunFinishedEvent(
-                    **base, outcome=RunFinishedInterruptOutcome(interrupts=interrupts)
-                )
-            ids = [c["toolCallId"] for c in waiting]
-            return RunFinishedEvent(
-                **base, outcome=RunFinishedSuccessOutcome(pending_tool_call_ids=ids)
-            )
+            return RunFinishedEvent(**base, outcome=_waiting_outcome(waiting))
         raw_error = view.get("error")
         error: Mapping[str, Any] = raw_error if isinstance(raw_error, Mapping) else {}
         stopped = status == "interrupted" or (
@@ -336,3 +330,14 @@ class AguiRun:
                 metadata={"errorCode": tool_error_code(data) or "tool_error"},
             )
         ]
+
+
+def _waiting_outcome(
+    waiting: list[dict[str, Any]],
+) -> RunFinishedInterruptOutcome | RunFinishedSuccessOutcome:
+    """The outcome of a run that ends on ``waiting`` calls: an interrupt per approval when
+    any call is an approval, else a success naming the client calls to answer."""
+    approvals = [c for c in waiting if c.get("kind") == "approval"]
+    if approvals:
+        return RunFinishedInterruptOutcome(interrupts=[interrupt_of(c) for c in approvals])
+    return RunFinishedSuccessOutcome(pending_tool_call_ids=[c["toolCallId"] for c in waiting])
