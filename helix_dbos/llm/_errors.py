@@ -131,33 +131,51 @@ def classify(
     code = (error_code or "").lower()
     where = f"{provider} returned {status}" if status is not None else f"{provider} stream error"
     text = f"{where}: {message}" if message else where
-
-    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-        return _make("provider_auth", text, status)
-    if status == 429 or kind == "rate_limit_error" or code == "rate_limit_exceeded":
+    name = _answer_code(status, kind, code, message) or _request_code(status, kind, code, message)
+    if name == "provider_rate_limit":
         # An exhausted quota answers 429 too, but waiting does not refill it.
-        return _make(
-            "provider_rate_limit", text, status, retryable="insufficient_quota" not in (kind, code)
-        )
+        return _make(name, text, status, retryable="insufficient_quota" not in (kind, code))
+    return _make(name, text, status)
+
+
+def _answer_code(status: int | None, kind: str, code: str, message: str) -> str | None:
+    """The code of a failure the provider raised whatever the request was: refused
+    credentials, a rate limit or an overload; ``None`` for any other failure.
+
+    ``kind`` and ``code`` are the body's error type and code, lowercased (``""`` when absent).
+    """
+    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
+        return "provider_auth"
+    if status == 429 or kind == "rate_limit_error" or code == "rate_limit_exceeded":
+        return "provider_rate_limit"
     if (
         status in _OVERLOADED_STATUSES
         or kind in ("overloaded_error", "api_error", "server_error")
         or "overloaded" in f"{kind} {code} {message}".lower()
     ):
-        return _make("provider_overloaded", text, status)
+        return "provider_overloaded"
+    return None
+
+
+def _request_code(status: int | None, kind: str, code: str, message: str) -> str:
+    """The code of any other failure: one of the request (too long, timed out, refused as
+    bad) or else the provider's own (``provider_error``).
+
+    ``kind`` and ``code`` are the body's error type and code, lowercased (``""`` when absent).
+    """
     if status == 413 or kind == "request_too_large" or _is_context_overflow(code, message):
         # 413 is a byte limit rather than a token one, but the remedy is the same: shorten the
         # conversation; retrying unchanged cannot help.
-        return _make("provider_context_too_long", text, status)
+        return "provider_context_too_long"
     if status == 408 or kind == "timeout_error":
-        return _make("provider_timeout", text, status)
+        return "provider_timeout"
     if status is not None and 400 <= status < 500:
-        return _make("provider_bad_request", text, status)
+        return "provider_bad_request"
     if status is None and kind == "invalid_request_error":
-        return _make("provider_bad_request", text, status)
+        return "provider_bad_request"
     # Other 5xx, and error events inside a stream that say nothing more: the provider failed
     # after accepting the request, so another attempt may well succeed.
-    return _make("provider_error", text, status)
+    return "provider_error"
 
 
 def classify_body(
