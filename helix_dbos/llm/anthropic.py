@@ -16,7 +16,13 @@ from ._errors import classify_body, incomplete_stream, transport_error
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic, AsyncStream
-    from anthropic.types import RawMessageStreamEvent
+    from anthropic.types import (
+        RawContentBlockDeltaEvent,
+        RawContentBlockStartEvent,
+        RawMessageDeltaEvent,
+        RawMessageStartEvent,
+        RawMessageStreamEvent,
+    )
 
 __all__ = ["AnthropicLLM", "to_anthropic_messages", "to_anthropic_tools"]
 
@@ -189,41 +195,60 @@ class _StreamAssembler:
     def add(self, event: RawMessageStreamEvent) -> str:
         """Take one event; return its text delta ("" if none)."""
         if event.type == "message_start":
-            usage = event.message.usage
-            self._input = usage.input_tokens
-            self._cache_read = usage.cache_read_input_tokens or 0
-            self._cache_write = usage.cache_creation_input_tokens or 0
-            self._output = usage.output_tokens
+            self._start_message(event)
         elif event.type == "content_block_start":
-            block = event.content_block
-            if block.type == "tool_use":
-                start = dict(block.input) if isinstance(block.input, dict) else {}
-                self._tools[event.index] = (block.id, block.name, start, [])
-            elif block.type == "text" and block.text:
-                self._text.append(block.text)
-                return block.text
+            return self._start_block(event)
         elif event.type == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta":
-                self._text.append(delta.text)
-                return delta.text
-            if delta.type == "input_json_delta" and event.index in self._tools:
-                self._tools[event.index][3].append(delta.partial_json)
+            return self._add_delta(event)
         elif event.type == "message_delta":
-            if event.delta.stop_reason is not None:
-                self._stop_reason = event.delta.stop_reason
-            # The counts here are cumulative for the whole message, so they replace.
-            totals = event.usage
-            self._output = totals.output_tokens
-            if totals.input_tokens is not None:
-                self._input = totals.input_tokens
-            if totals.cache_read_input_tokens is not None:
-                self._cache_read = totals.cache_read_input_tokens
-            if totals.cache_creation_input_tokens is not None:
-                self._cache_write = totals.cache_creation_input_tokens
+            self._end_message(event)
         elif event.type == "message_stop":
             self._stopped = True
         return ""
+
+    def _start_message(self, event: RawMessageStartEvent) -> None:
+        """``message_start``: the prompt's token counts (and the output's so far)."""
+        usage = event.message.usage
+        self._input = usage.input_tokens
+        self._cache_read = usage.cache_read_input_tokens or 0
+        self._cache_write = usage.cache_creation_input_tokens or 0
+        self._output = usage.output_tokens
+
+    def _start_block(self, event: RawContentBlockStartEvent) -> str:
+        """``content_block_start``: a tool call opens (its input follows in pieces), or a text
+        block opens with its first text, which is returned."""
+        block = event.content_block
+        if block.type == "tool_use":
+            start = dict(block.input) if isinstance(block.input, dict) else {}
+            self._tools[event.index] = (block.id, block.name, start, [])
+        elif block.type == "text" and block.text:
+            self._text.append(block.text)
+            return block.text
+        return ""
+
+    def _add_delta(self, event: RawContentBlockDeltaEvent) -> str:
+        """``content_block_delta``: more text (returned), or a piece of a tool call's input."""
+        delta = event.delta
+        if delta.type == "text_delta":
+            self._text.append(delta.text)
+            return delta.text
+        if delta.type == "input_json_delta" and event.index in self._tools:
+            self._tools[event.index][3].append(delta.partial_json)
+        return ""
+
+    def _end_message(self, event: RawMessageDeltaEvent) -> None:
+        """``message_delta``: the stop reason and the message's final token counts."""
+        if event.delta.stop_reason is not None:
+            self._stop_reason = event.delta.stop_reason
+        # The counts here are cumulative for the whole message, so they replace.
+        totals = event.usage
+        self._output = totals.output_tokens
+        if totals.input_tokens is not None:
+            self._input = totals.input_tokens
+        if totals.cache_read_input_tokens is not None:
+            self._cache_read = totals.cache_read_input_tokens
+        if totals.cache_creation_input_tokens is not None:
+            self._cache_write = totals.cache_creation_input_tokens
 
     def response(self) -> LLMResponse:
         """The assembled answer.
