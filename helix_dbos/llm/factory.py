@@ -47,15 +47,34 @@ def infer_llm(spec: str | None = None, *, default: str | None = None) -> LLM:
     raw = spec if spec is not None else os.environ.get("HELIX_LLM") or default
     if raw is None or not raw.strip():
         raise ConfigError(f"No model configured: set HELIX_LLM to {SPEC_FORMS}")
+    provider, model = _parse_spec(raw)
+    if provider == "scripted":
+        return ScriptedLLM(echo_script)
+    return _provider_llm(provider, model)
+
+
+def _parse_spec(raw: str) -> tuple[str, str]:
+    """The ``(provider, model)`` a non-blank spec names: ``("scripted", "")`` for the scripted
+    model, else ``openai`` or ``anthropic`` and a model name.
+
+    Raises:
+        ConfigError: an unknown provider, or a provider without a model name.
+    """
     provider, sep, model = raw.strip().partition(":")
     provider = provider.strip().lower()
     model = model.strip()
     if provider == "scripted" and not model:
-        return ScriptedLLM(echo_script)
+        return provider, model
     if provider not in ("openai", "anthropic"):
         raise ConfigError(f"Unknown model spec {raw!r}: expected {SPEC_FORMS}")
     if not sep or not model:
         raise ConfigError(f"Model spec {raw!r} names no model: expected '{provider}:<model>'")
+    return provider, model
+
+
+def _provider_llm(provider: str, model: str) -> LLM:
+    """The adapter of ``model`` at ``provider`` (``openai`` or ``anthropic``), its key and
+    endpoint from the environment (``HELIX_LLM_BASE_URL`` first for the endpoint)."""
     base_url = os.environ.get("HELIX_LLM_BASE_URL") or None
     if provider == "openai":
         from .openai_compat import OpenAICompatibleLLM
