@@ -27,11 +27,26 @@ def load_agents(spec: str) -> list[Agent]:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name.strip() or not attribute.strip():
         raise ConfigError(f"APP must be module:attribute (for example myapp:agents), not {spec!r}")
+    target = _import(module_name, spec)
+    for part in attribute.strip().split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"{module_name!r} has no attribute {attribute!r} (APP {spec!r})")
+        target = getattr(target, part)
+    return _agents_of(target, spec)
+
+
+def _import(module_name: str, spec: str) -> object:
+    """The module ``module_name`` of the APP ``spec``, imported with the working directory on
+    ``sys.path``.
+
+    Raises:
+        ConfigError: no such module, or its import failed (its error in one line).
+    """
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        target: object = importlib.import_module(module_name.strip())
+        return importlib.import_module(module_name.strip())
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.strip().startswith(exc.name):
             raise ConfigError(f"No module {module_name!r} to import for APP {spec!r}") from None
@@ -40,10 +55,15 @@ def load_agents(spec: str) -> list[Agent]:
         raise ConfigError(
             f"Importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from None
-    for part in attribute.strip().split("."):
-        if not hasattr(target, part):
-            raise ConfigError(f"{module_name!r} has no attribute {attribute!r} (APP {spec!r})")
-        target = getattr(target, part)
+
+
+def _agents_of(target: object, spec: str) -> list[Agent]:
+    """The agents the object ``target`` the APP ``spec`` names holds: itself (an ``Agent``),
+    the items of a list or tuple of agents, or an ``AgentRegistry``'s agents.
+
+    Raises:
+        ConfigError: ``target`` is something else, or it holds no agent.
+    """
     if isinstance(target, Agent):
         return [target]
     if (
