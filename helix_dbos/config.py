@@ -39,7 +39,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -149,6 +149,51 @@ def _env_bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+#: The text settings of ``HelixSettings.from_env``: variable -> field.
+_TEXT_VARS = {
+    "HELIX_DATABASE_URL": "database_url",
+    "HELIX_APP_NAME": "app_name",
+    "HELIX_EXECUTOR_ID": "executor_id",
+    "HELIX_APP_VERSION": "application_version",
+    "DBOS_LOG_LEVEL": "dbos_log_level",
+}
+
+#: The numeric settings of ``HelixSettings.from_env``: variable -> (field, parser).
+_NUMBER_VARS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "HELIX_MAX_RESULT_BYTES": ("max_result_bytes", int),
+    "HELIX_STORE_MAX_STATE_BYTES": ("store_max_state_bytes", int),
+    "HELIX_MAX_EXECUTOR_THREADS": ("max_executor_threads", int),
+    "HELIX_HEARTBEAT_SECONDS": ("heartbeat_seconds", float),
+    "HELIX_ADOPT_AFTER_SECONDS": ("adopt_after_seconds", float),
+    "HELIX_SQLITE_POLL_SECONDS": ("sqlite_poll_seconds", float),
+    "HELIX_HEAL_INTERVAL_SECONDS": ("heal_interval_seconds", float),
+    "HELIX_HEAL_GRACE_SECONDS": ("heal_grace_seconds", float),
+    "HELIX_HIBERNATE_AFTER_SECONDS": ("hibernate_after_seconds", _seconds_or_never),
+    "HELIX_DEADLINE_KEEPER_SECONDS": ("deadline_keeper_seconds", float),
+}
+
+
+def _text_values(env: Mapping[str, str]) -> dict[str, object]:
+    """The text settings ``env`` sets (an empty variable sets nothing), by field."""
+    return {name: env[var] for var, name in _TEXT_VARS.items() if env.get(var)}
+
+
+def _number_values(env: Mapping[str, str]) -> dict[str, object]:
+    """The numeric settings ``env`` sets (an empty variable sets nothing), by field.
+
+    Raises:
+        ConfigError: a variable that does not parse as its number.
+    """
+    values: dict[str, object] = {}
+    try:
+        for var, (name, parse) in _NUMBER_VARS.items():
+            if env.get(var):
+                values[name] = parse(env[var])
+    except ValueError as exc:
+        raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
+    return values
+
+
 @dataclass(frozen=True)
 class HelixSettings:
     """Everything the runtime is configured with. Build it directly or with ``from_env``."""
@@ -238,43 +283,8 @@ class HelixSettings:
     ) -> HelixSettings:
         """Settings from ``HELIX_*`` variables; keyword overrides win."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        if env.get("HELIX_DATABASE_URL"):
-            values["database_url"] = env["HELIX_DATABASE_URL"]
-        text_vars = {
-            "HELIX_APP_NAME": "app_name",
-            "HELIX_EXECUTOR_ID": "executor_id",
-            "HELIX_APP_VERSION": "application_version",
-            "DBOS_LOG_LEVEL": "dbos_log_level",
-        }
-        for var, name in text_vars.items():
-            if env.get(var):
-                values[name] = env[var]
-        try:
-            if env.get("HELIX_MAX_RESULT_BYTES"):
-                values["max_result_bytes"] = int(env["HELIX_MAX_RESULT_BYTES"])
-            if env.get("HELIX_STORE_MAX_STATE_BYTES"):
-                values["store_max_state_bytes"] = int(env["HELIX_STORE_MAX_STATE_BYTES"])
-            if env.get("HELIX_MAX_EXECUTOR_THREADS"):
-                values["max_executor_threads"] = int(env["HELIX_MAX_EXECUTOR_THREADS"])
-            if env.get("HELIX_HEARTBEAT_SECONDS"):
-                values["heartbeat_seconds"] = float(env["HELIX_HEARTBEAT_SECONDS"])
-            if env.get("HELIX_ADOPT_AFTER_SECONDS"):
-                values["adopt_after_seconds"] = float(env["HELIX_ADOPT_AFTER_SECONDS"])
-            if env.get("HELIX_SQLITE_POLL_SECONDS"):
-                values["sqlite_poll_seconds"] = float(env["HELIX_SQLITE_POLL_SECONDS"])
-            if env.get("HELIX_HEAL_INTERVAL_SECONDS"):
-                values["heal_interval_seconds"] = float(env["HELIX_HEAL_INTERVAL_SECONDS"])
-            if env.get("HELIX_HEAL_GRACE_SECONDS"):
-                values["heal_grace_seconds"] = float(env["HELIX_HEAL_GRACE_SECONDS"])
-            if env.get("HELIX_HIBERNATE_AFTER_SECONDS"):
-                values["hibernate_after_seconds"] = _seconds_or_never(
-                    env["HELIX_HIBERNATE_AFTER_SECONDS"]
-                )
-            if env.get("HELIX_DEADLINE_KEEPER_SECONDS"):
-                values["deadline_keeper_seconds"] = float(env["HELIX_DEADLINE_KEEPER_SECONDS"])
-        except ValueError as exc:
-            raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
+        values = _text_values(env)
+        values.update(_number_values(env))
         if env.get("HELIX_FORWARD_VERSIONS"):
             values["forward_versions"] = frozenset(
                 v.strip() for v in env["HELIX_FORWARD_VERSIONS"].split(",") if v.strip()
