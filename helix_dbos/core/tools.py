@@ -115,27 +115,10 @@ def define_tool(
         ToolDefinitionError: reserved name, client + finish_with, client + approval, a bad
             timeout, an ``on_timeout`` the tool cannot have, or a bad ``remind_before``.
     """
-    if not name or not isinstance(name, str):
-        raise ToolDefinitionError("A tool needs a non-empty name")
-    for prefix in RESERVED_TOOL_NAME_PREFIXES:
-        if name.startswith(prefix):
-            raise ToolDefinitionError(
-                f"Tool name {name!r} starts with the reserved prefix {prefix!r}",
-                toolName=name,
-            )
-    is_client = execute == "client"
-    if is_client and finish_with:
-        raise ToolDefinitionError(
-            f"Tool {name!r}: a client tool cannot be finish_with", toolName=name
-        )
-    if is_client and require_approval:
-        raise ToolDefinitionError(
-            f"Tool {name!r}: require_approval gates a server tool; a client tool already "
-            "waits for the client",
-            toolName=name,
-        )
-    if not is_client and not callable(execute):
-        raise ToolDefinitionError(f"Tool {name!r}: execute must be 'client' or a function")
+    _check_name(name)
+    is_client = _check_execution(
+        name, execute, finish_with=finish_with, require_approval=require_approval
+    )
     if client_tool_timeout is not None and not (client_tool_timeout > 0):
         raise ToolDefinitionError(f"Tool {name!r}: client_tool_timeout must be > 0 seconds")
     policy = check_on_timeout(
@@ -161,3 +144,45 @@ def define_tool(
         on_timeout=policy,
         remind_before=remind,
     )
+
+
+def _check_name(name: str) -> None:
+    """Refuse an empty tool name or one with a reserved prefix (``ToolDefinitionError``)."""
+    if not name or not isinstance(name, str):
+        raise ToolDefinitionError("A tool needs a non-empty name")
+    for prefix in RESERVED_TOOL_NAME_PREFIXES:
+        if name.startswith(prefix):
+            raise ToolDefinitionError(
+                f"Tool name {name!r} starts with the reserved prefix {prefix!r}",
+                toolName=name,
+            )
+
+
+def _check_execution(
+    name: str,
+    execute: Literal["client"] | ToolFunction,
+    *,
+    finish_with: bool,
+    require_approval: bool,
+) -> bool:
+    """Whether the tool ``name`` runs on the client (``execute == "client"``) rather than as
+    a server function.
+
+    Raises:
+        ToolDefinitionError: a client tool that is ``finish_with`` or ``require_approval``,
+            or an ``execute`` that is neither ``"client"`` nor a function.
+    """
+    is_client = execute == "client"
+    if is_client and finish_with:
+        raise ToolDefinitionError(
+            f"Tool {name!r}: a client tool cannot be finish_with", toolName=name
+        )
+    if is_client and require_approval:
+        raise ToolDefinitionError(
+            f"Tool {name!r}: require_approval gates a server tool; a client tool already "
+            "waits for the client",
+            toolName=name,
+        )
+    if not is_client and not callable(execute):
+        raise ToolDefinitionError(f"Tool {name!r}: execute must be 'client' or a function")
+    return is_client
