@@ -239,6 +239,28 @@ class _Row:
     checkpoint: tuple[str, str] | None = None  # (checkpoint id, its created_at, ISO)
 
 
+def _state_parts(rows: dict[str, _Row]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The session rows' parts of the statement: compare-and-swaps (each with its sequence
+    delta), inserts, and bumps of the rows only their sequence or checkpoint changed."""
+    cas = []
+    for r in rows.values():
+        if r.cas is not None:
+            r.cas["seq_delta"] = r.seq_delta
+            cas.append(r.cas)
+    new = [r.new for r in rows.values() if r.new is not None]
+    bump = [
+        {
+            "session_id": sid,
+            "seq_delta": r.seq_delta,
+            "checkpoint_id": r.checkpoint[0] if r.checkpoint else None,
+            "checkpoint_at": r.checkpoint[1] if r.checkpoint else None,
+        }
+        for sid, r in rows.items()
+        if r.new is None and r.cas is None
+    ]
+    return cas, new, bump
+
+
 class WriteBatch:
     """The writes queued in one transaction attempt (see the module's docstring)."""
 
@@ -411,22 +433,7 @@ class WriteBatch:
         if not self._dirty:
             return
         params: dict[str, Any] = {}
-        new = [r.new for r in self._rows.values() if r.new is not None]
-        cas = []
-        for r in self._rows.values():
-            if r.cas is not None:
-                r.cas["seq_delta"] = r.seq_delta
-                cas.append(r.cas)
-        bump = [
-            {
-                "session_id": sid,
-                "seq_delta": r.seq_delta,
-                "checkpoint_id": r.checkpoint[0] if r.checkpoint else None,
-                "checkpoint_at": r.checkpoint[1] if r.checkpoint else None,
-            }
-            for sid, r in self._rows.items()
-            if r.new is None and r.cas is None
-        ]
+        cas, new, bump = _state_parts(self._rows)
         for name, rows in (
             ("cas_states", cas),  # first: the other parts may refer to it
             ("new_states", new),
