@@ -7,28 +7,20 @@ Replay and crash behaviour, at each await:
 * ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
 
 These three are the workflow's own code, recorded by their checkpoints (layouts 2 and 3,
-``names.TURN_LAYOUT``). A turn recorded by contract-1 (layout 1, where they were DBOS steps)
-is no longer replayed: it ends failed, typed and retryable (``_Turn._retired``). A turn's
-first model step may run before its workflow does
-(started by its entry), and a batch's results commit and the next model step may run while
-DBOS hands the turn its wake-up (the batch's job, ``batch_job.py``, started by the submit that
-completed the batch): the same code under the same slots, joined by the turn
-(``handover.py``).
-* ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
-  a restart re-arms with the remaining time; an answer sent while the process was down is
-  buffered and consumed at once.
-* ``run_server_tool``: recorded; an approved tool runs once.
-* child workflows (sub-agents) have deterministic ids, so a replay re-attaches to the child.
+``names.TURN_LAYOUT``); a contract-1 turn (layout 1) ends failed and retryable (``_retired``).
+A turn's first model step may run before its workflow does (started by its entry), and a
+batch's results commit and next model step while DBOS hands the turn its wake-up (the job a
+completing submit started, ``batch_job.py``): same code, same slots (``handover.py``).
+* ``DBOS.recv_async`` (parking): the deadline is absolute (DBOS's sleep step): a restart
+  re-arms with the time left; an answer sent while the process was down is taken at once.
+* ``run_server_tool`` and companion calls: recorded; an approved tool runs once.
+* child workflows (sub-agents) have deterministic ids: a replay re-attaches to the child.
 
 The body holds no clock reads that change control flow, no I/O and no randomness.
 
-Fencing: every commit is guarded by the session's run and status (``store.guard``). When a
-step finds its run stopped (an interrupt, an abort) or superseded, it writes nothing and
-returns ``{"fenced": reason}``; the turn then ends at once with no further writes, and its
-workflow result says ``outcome: "stopped"``.
-
-Database faults inside the turn are waited out (``store.patience(None)``): the turn pauses
-until the database is back, it never fails because of one.
+Fencing: every commit is guarded by the session's run and status (``store.guard``). A step
+that finds its run stopped or superseded writes nothing and returns ``{"fenced": reason}``;
+the turn ends at once, ``outcome: "stopped"``. Database faults are waited out (``patience``).
 """
 
 from __future__ import annotations
@@ -323,11 +315,8 @@ class _Turn:
                     "error": item["error"],
                     "errorCode": "validation_failed",
                 }
-            elif item["kind"] == "server":
-                results[item["toolCallId"]] = _completed(
-                    _ids(item),
-                    await steps.run_server_tool(self.agent_type, item["toolName"], item["input"]),
-                )
+            elif item["kind"] in ("server", "companion"):
+                results[item["toolCallId"]] = _completed(_ids(item), await self._tool(item))
             elif item["kind"] == "subagent":
                 ran = await self._run_child(item)
                 if ran is None:
@@ -519,6 +508,15 @@ class _Turn:
             parked.discard(workflow_id)
             ctx.batch_jobs.withdraw(workflow_id)
         return woken, False
+
+    async def _tool(self, item: PlanItem) -> ServerToolResult:
+        """A server tool's result, or a companion call's (``companions.py``, a step too)."""
+        if item["kind"] == "server":
+            return await steps.run_server_tool(self.agent_type, item["toolName"], item["input"])
+        from .companions import run_companion_tool  # it imports persistent, which imports us
+
+        args = (self.session_id, self.run_id, self.root_session_id, self.agent_type)
+        return await run_companion_tool(*args, cast(dict[str, Any], item))
 
     async def _resolve(
         self, item: PlanItem, entry: dict[str, Any] | None, abandon: bool

@@ -23,6 +23,12 @@ def test_durable_names_are_pinned() -> None:
     assert names.turn_workflow_id("s", "r") == "helix:s:r"
     assert names.persistent_workflow_id("s", "r") == "helix:s:persistent:r"
     assert names.inbox_idempotency_key("r") == "r:inbox"
+    assert names.COMPANION_SEND_STEP == "helix.companion.send"
+    assert names.COMPANION_OP_STEP == "helix.companion.op"
+    assert names.companion_session_id("s", "reviewer") == "s.companion.reviewer"
+    assert names.companion_run_id("run_1", "call_1") == "run_c407f979e230fdbf3794ec485"
+    assert names.companion_run_id("run_1", "call_1") != names.companion_run_id("run_2", "call_1")
+    assert names.companion_reply_slot("s", "r") == "companion:s:r:companion_reply"
     assert names.turn_outcome_event("r") == "turn:r"
     assert names.tool_result_topic("tc") == "tc"
     assert names.submit_idempotency_key("r", "tc") == "r:tc"
