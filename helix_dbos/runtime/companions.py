@@ -43,6 +43,7 @@ from .records import ServerToolResult
 
 __all__ = [
     "companion_state",
+    "companion_views",
     "companions_of",
     "end_companion",
     "end_companions",
@@ -345,6 +346,22 @@ def _state_word(state: SessionState) -> str:
     if state.status == "interrupted" or (state.error or {}).get("code") == "framework_cancelled":
         return "stopped"
     return "idle" if records.PERSISTENT_KEY in state.metadata else "hibernated"
+
+
+def companion_views(top: SessionState, tree: list[SessionState]) -> list[dict[str, Any]]:
+    """The companions of ``top`` with their state, from its tree's rows (``/status``)."""
+    rows = {s.session_id: s for s in tree}
+    views = []
+    for name, sid in sorted(companions_of(top).items()):
+        state = rows.get(sid)
+        view: dict[str, Any] = {"companion": name, "sessionId": sid}
+        if state is None:
+            views.append({**view, "state": "not_started"})
+            continue
+        views.append(
+            {**view, "state": _state_word(state), "status": state.status, "runId": state.run_id}
+        )
+    return views
 
 
 def companions_of(state: SessionState) -> dict[str, str]:

@@ -34,6 +34,7 @@ __all__ = [
     "companion_reply_slot",
     "companion_run_id",
     "companion_session_id",
+    "is_companion_session",
     "continuation_workflow_id",
     "control_idempotency_key",
     "inbox_idempotency_key",
@@ -211,6 +212,13 @@ def companion_session_id(parent_session_id: str, companion: str) -> str:
     """The session of a parent's companion: ``<parent>.companion.<name>`` (one per parent and
     name, created by the first send)."""
     return f"{parent_session_id}.companion.{companion}"
+
+
+def is_companion_session(session_id: str, parent_session_id: str | None) -> bool:
+    """Whether ``session_id`` is a companion of ``parent_session_id`` (not a sub-agent)."""
+    return parent_session_id is not None and session_id.startswith(
+        f"{parent_session_id}.companion."
+    )
 
 
 def companion_run_id(parent_run_id: str, tool_call_id: str) -> str:
