@@ -11,10 +11,19 @@ from helix_dbos.core import define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.markers import entry_input_run, is_sub_agent_notification
 from helix_dbos.errors import ProviderError
+from helix_dbos.inspect.render import render_report
+from helix_dbos.inspect.report import inspect_session
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime import AgentRuntime, Operator, names
 from tests.runtime.conftest import MakeRuntime
-from tests.support.companions import lead_agent, lead_script, reviewer_agent, send_result, until
+from tests.support.companions import (
+    companion_calls,
+    lead_agent,
+    lead_script,
+    reviewer_agent,
+    send_result,
+    until,
+)
 
 
 class FailOnce:
@@ -60,7 +69,7 @@ async def test_a_retry_keeps_a_companion_reply_and_reruns_the_input(
     lead = define_agent("lead", llm=ScriptedLLM(script), companions=[reviewer_agent()])
     runtime = await make_runtime([lead])
     sid = await _done(runtime, "send reviewer: ask a question")
-    [call] = await runtime.wait_for_pending(sid, 1)
+    [call] = await companion_calls(runtime, sid)
     failed = await runtime.start("lead", "boom", session_id=sid)
     assert (await failed.result())["outcome"] == "failed"
     await runtime.submit_tool_result(sid, call["toolCallId"], result={"answer": "yes"})
@@ -123,7 +132,7 @@ async def test_the_parents_interrupt_stops_the_companion_and_abort_ends_it(
     runtime = await make_runtime([lead_agent()])
     sid = await _done(runtime, "send reviewer: ask first")
     mate_id = names.companion_session_id(sid, "reviewer")
-    await runtime.wait_for_pending(sid, 1)
+    await companion_calls(runtime, sid)
     view = await runtime.status(sid)
     assert view["companions"] == [
         {
@@ -142,7 +151,7 @@ async def test_the_parents_interrupt_stops_the_companion_and_abort_ends_it(
     assert (await _settled(runtime, mate_id)).status == "completed"
 
     await _done(runtime, "send reviewer: ask second", sid)
-    await runtime.wait_for_pending(sid, 1)
+    await companion_calls(runtime, sid)
     await runtime.abort(sid, "closing")
     mate = await runtime.session(mate_id)
     assert mate.status == "failed" and "companionEnded" in mate.metadata
@@ -150,3 +159,18 @@ async def test_the_parents_interrupt_stops_the_companion_and_abort_ends_it(
     assert seen["state"] == "ended"
     await _done(runtime, "send reviewer: still there?", sid)
     assert await send_result(runtime, sid) == {"delivered": False, "reason": "child_exited"}
+
+
+async def test_inspect_shows_a_sessions_companions(make_runtime: MakeRuntime, db_url: str) -> None:
+    """``helix-dbos inspect``'s report lists the session's companions and their state."""
+    runtime = await make_runtime([lead_agent()])
+    sid = await _done(runtime, "send reviewer: ask something")
+    mate_id = names.companion_session_id(sid, "reviewer")
+    await companion_calls(runtime, sid)
+    async with Operator.open(db_url) as op:
+        report = await inspect_session(op, sid)
+    [mate] = report.companions
+    assert (mate["companion"], mate["sessionId"], mate["state"]) == ("reviewer", mate_id, "waiting")
+    assert report.dump()["companions"] == report.companions
+    text = render_report(report)
+    assert f"reviewer  waiting  {mate_id}" in text.split("companions\n", 1)[1]

@@ -22,7 +22,7 @@ from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, reply
 from helix_dbos.runtime import AgentRuntime, names, records
 from tests.runtime.conftest import MakeRuntime
-from tests.support.companions import lead_agent, send_result, until
+from tests.support.companions import companion_calls, lead_agent, send_result, until
 
 
 def test_companions_are_checked_at_definition() -> None:
@@ -124,7 +124,7 @@ async def test_a_companion_mid_turn_answers_child_busy(make_runtime: MakeRuntime
     sid, first = await _say(runtime, "send reviewer: ask which chapter")
     assert first["delivered"] is True
     mate_id = names.companion_session_id(sid, "reviewer")
-    [pending] = await runtime.wait_for_pending(sid, 1)
+    [pending] = await companion_calls(runtime, sid)
     assert pending["ownerSessionId"] == mate_id
     before = len(await runtime.messages(mate_id))
     _, busy = await _say(runtime, "send reviewer: anything?", sid)
@@ -167,7 +167,7 @@ async def test_an_aborted_companion_is_not_running_and_an_interrupted_one_resume
     runtime = await make_runtime([lead_agent()])
     sid, _ = await _say(runtime, "send reviewer: ask one")
     mate_id = names.companion_session_id(sid, "reviewer")
-    await runtime.wait_for_pending(sid, 1)
+    await companion_calls(runtime, sid)
     await runtime.interrupt(mate_id)
     assert (await runtime.session(mate_id)).status == "interrupted"
     _, resumed = await _say(runtime, "send reviewer: once more", sid)
@@ -178,7 +178,7 @@ async def test_an_aborted_companion_is_not_running_and_an_interrupted_one_resume
 
     _, parked = await _say(runtime, "send reviewer: ask two", sid)
     assert parked["delivered"] is True
-    await runtime.wait_for_pending(sid, 1)
+    await companion_calls(runtime, sid)
     await runtime.abort(mate_id, "stop it")
     _, refused = await _say(runtime, "send reviewer: hello?", sid)
     assert refused["delivered"] is False and refused["reason"] == "child_not_running"

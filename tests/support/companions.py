@@ -100,3 +100,15 @@ async def until(check: Any, timeout: float = 30.0, every: float = 0.05) -> Any:
             return found
         assert loop.time() < deadline, "condition not reached in time"
         await asyncio.sleep(every)
+
+
+async def companion_calls(runtime: AgentRuntime, session_id: str, n: int = 1) -> list[Any]:
+    """The ``n`` unanswered calls of the session's tree, once there are (a companion's call
+    waits while its parent is between turns, where ``wait_for_pending`` gives up)."""
+
+    async def check() -> list[Any]:
+        view = await runtime.status(session_id)
+        waiting = [p for p in view["pendingToolCalls"] if p.get("submittedAt") is None]
+        return waiting if len(waiting) >= n else []
+
+    return await until(check)
