@@ -54,19 +54,30 @@ def reviewer_script(request: LLMRequest) -> LLMResponse:
     last = request.messages[-1]
     if last.role == "user" and last.content.startswith("ask "):
         return call(request, ("ask", {"question": last.content[4:]}))
+    if last.role == "user" and last.content.startswith("publish "):
+        return call(request, ("publish", {"question": last.content[8:]}))
     if last.role == "tool":
-        return reply(f"answered: {last.content}")
+        return reply(f"answered: {last.error_code or last.content}")
     return reply(f"reviewed: {last.content}")
 
 
-def reviewer_agent(idle_ttl: float = 30.0, llm: Any = None) -> Agent:
-    """The persistent companion, with a client tool ``ask``."""
+def _publish(arguments: AskIn) -> dict[str, str]:
+    return {"published": arguments.question}
+
+
+def reviewer_agent(idle_ttl: float = 30.0, llm: Any = None, **options: Any) -> Agent:
+    """The persistent companion, with a client tool ``ask`` and a server tool ``publish``
+    behind an approval."""
     return define_agent(
         "reviewer",
         llm=llm or ScriptedLLM(reviewer_script),
-        tools=[define_tool("ask", "Ask the user", AskIn, AskOut, execute="client")],
+        tools=[
+            define_tool("ask", "Ask the user", AskIn, AskOut, execute="client"),
+            define_tool("publish", "Publish", AskIn, execute=_publish, require_approval=True),
+        ],
         persistent=True,
         idle_ttl=idle_ttl,
+        **options,
     )
 
 
