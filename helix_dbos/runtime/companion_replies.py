@@ -21,6 +21,7 @@ from ..core.session import SessionState
 from ..observability.log import log_event
 from ..store.store import NoChange
 from . import names, records
+from .companion_wake import after_reply
 from .context import current
 from .entry import ACTIVE_STATUSES
 from .once import commit_once
@@ -94,3 +95,6 @@ async def report(session_id: str, run_id: str, root_session_id: str, outcome: Tu
     log_event(
         "companion.replied", sessionId=session_id, parentSessionId=parent_id, runId=run_id, how=how
     )
+    if how == "appended":
+        parent_type = (await store.get(parent_id)).agent_type
+        await after_reply(parent_id, parent_type, companion.agent_type, run_id)

@@ -14,6 +14,7 @@ __all__ = [
     "COMMIT_RESULTS_STEP",
     "COMPANION_OP_STEP",
     "COMPANION_SEND_STEP",
+    "COMPANION_WAKE_STEP",
     "CHILD_ENDED_STEP",
     "CONTINUE_WORKFLOW",
     "CONTRACT_VERSION",
@@ -34,6 +35,7 @@ __all__ = [
     "companion_reply_slot",
     "companion_run_id",
     "companion_session_id",
+    "companion_wake_run_id",
     "is_companion_session",
     "continuation_workflow_id",
     "control_idempotency_key",
@@ -109,6 +111,8 @@ COMPANION_SEND_STEP = "helix.companion.send"
 """A parent's ``companion__sendMessage``: the companion's run claimed and its message handed
 over (at most once per parent call: the run id is the call's), then the wait for the run to
 start. A step of the parent's turn."""
+COMPANION_WAKE_STEP = "helix.companion.wake_parent"
+"""Starts a parent's turn (no message) for its companion's reply (``wake_parent``)."""
 COMPANION_OP_STEP = "helix.companion.op"
 """A parent's ``companion__status`` or ``companion__end``, recorded in the parent's turn."""
 
@@ -226,6 +230,13 @@ def companion_run_id(parent_run_id: str, tool_call_id: str) -> str:
     parent's run and call, so a re-executed send claims the same run (delivers once)."""
     digest = hashlib.sha256(f"{parent_run_id}\n{tool_call_id}".encode()).hexdigest()
     return f"run_c{digest[:24]}"
+
+
+def companion_wake_run_id(session_id: str, trigger: str) -> str:
+    """The parent's run a companion's reply wakes: ``run_w<24 hex>``, derived from the parent
+    and what triggered it (the reply's run, or the parent turn that kept replies)."""
+    digest = hashlib.sha256(f"{session_id}\n{trigger}".encode()).hexdigest()
+    return f"run_w{digest[:24]}"
 
 
 def companion_reply_slot(session_id: str, run_id: str) -> str:

@@ -46,7 +46,7 @@ from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
 from ..store.connection import IntegrityError
 from ..store.store import NoChange, patience
-from . import companion_replies, names, records
+from . import companion_replies, companion_wake, names, records
 from .context import RuntimeContext, current, workflow_task
 from .continuation import continuation_of
 from .entry import ACTIVE_STATUSES, open_turn
@@ -102,6 +102,7 @@ async def serve_inbox(turn: _Turn, run_id: str) -> dict[str, Any]:
         outcome = await turn.run()
         del turn  # the next turn's object replaces it; this frame lives between turns
         await companion_replies.report(session_id, run_id, root_session_id, outcome)
+        await companion_wake.after_turn(session_id, agent_type, outcome)
         # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
         await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
         turns += 1

@@ -39,6 +39,7 @@ from ..observability.log import log_event
 from ..store.store import patience
 from . import hibernation, names, steps
 from .batch_job import continue_batch, finishing, wait_ms
+from .companion_wake import after_turn
 from .context import current, workflow_task
 from .entry import start_child_session
 from .failure import internal_error, turn_error
@@ -74,13 +75,12 @@ Ending = Literal["completed", "failed"]
 async def run_turn(
     session_id: str, turn_id: str, agent_type: str, root_session_id: str, layout: int = 1
 ) -> TurnOutcome:
-    """Run one turn of ``session_id`` (its entry message is already committed).
-
-    ``layout`` is the step layout the turn records (``names.TURN_LAYOUT``); a turn recorded
-    before it was an argument replays in layout 1, the default.
-    """
+    """Run one turn of ``session_id`` (its entry is committed) in step ``layout``
+    (``names.TURN_LAYOUT``; a turn recorded before the argument replays in layout 1)."""
     with patience(None), workflow_task():
-        return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
+        outcome = await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
+        await after_turn(session_id, agent_type, outcome)  # replies kept while it ran
+        return outcome
 
 
 def start_first_step(
@@ -632,12 +632,9 @@ def _outcome(
 
 
 def _forget_inputs(items: list[PlanItem]) -> None:
-    """Drop the parked calls' inputs from their plan items (in place).
-
-    An input can be large (a file's content) and a parked turn should hold little. After the
-    park nothing reads a suspending call's input from the plan: its pending entry (committed
-    with the model's answer) holds it, and that is what an approved call runs with.
-    """
+    """Drop the parked calls' inputs from their plan items (in place): an input can be
+    large and a parked turn should hold little. After the park nothing reads it from the plan:
+    its pending entry (committed with the model's answer) holds it for an approved call."""
     for item in items:
         cast(dict[str, Any], item).pop("input", None)
 

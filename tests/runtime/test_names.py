@@ -25,6 +25,8 @@ def test_durable_names_are_pinned() -> None:
     assert names.inbox_idempotency_key("r") == "r:inbox"
     assert names.COMPANION_SEND_STEP == "helix.companion.send"
     assert names.COMPANION_OP_STEP == "helix.companion.op"
+    assert names.COMPANION_WAKE_STEP == "helix.companion.wake_parent"
+    assert names.companion_wake_run_id("s", "r") == "run_wf6f6cd3a5a3d4d27678d4bcf"
     assert names.companion_session_id("s", "reviewer") == "s.companion.reviewer"
     assert names.companion_run_id("run_1", "call_1") == "run_c407f979e230fdbf3794ec485"
     assert names.companion_run_id("run_1", "call_1") != names.companion_run_id("run_2", "call_1")
