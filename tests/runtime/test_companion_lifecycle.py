@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
+from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.markers import entry_input_run, is_sub_agent_notification
@@ -15,6 +18,7 @@ from helix_dbos.inspect.render import render_report
 from helix_dbos.inspect.report import inspect_session
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, Operator, names
+from tests.runbook_sql import runbook_sql
 from tests.runtime.conftest import MakeRuntime
 from tests.support.companions import (
     companion_calls,
@@ -174,3 +178,26 @@ async def test_inspect_shows_a_sessions_companions(make_runtime: MakeRuntime, db
     assert report.dump()["companions"] == report.companions
     text = render_report(report)
     assert f"reviewer  waiting  {mate_id}" in text.split("companions\n", 1)[1]
+
+
+async def test_the_runbooks_companion_query_lists_them(pg_url: str) -> None:
+    """The runbook's ``companions`` statement, run as written on real companions."""
+    runtime = AgentRuntime(
+        [lead_agent()],
+        HelixSettings(database_url=pg_url, executor_id="runbook", application_version="t"),
+    )
+    await runtime.launch()
+    try:
+        sid = await _done(runtime, "send reviewer: ask a thing")
+        mate_id = names.companion_session_id(sid, "reviewer")
+        await companion_calls(runtime, sid)
+        _, sql = runbook_sql()["companions"]
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute(sql).fetchall()
+        mate = await runtime.session(mate_id)
+        assert rows == [
+            (sid, "reviewer", mate_id, "suspended_client_tool", mate.run_id, False,
+             mate.metadata["persistent"]["workflowId"], 0),
+        ]  # fmt: skip
+    finally:
+        await runtime.shutdown()

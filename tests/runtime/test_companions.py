@@ -163,7 +163,7 @@ async def test_an_aborted_companion_is_not_running_and_an_interrupted_one_resume
     make_runtime: MakeRuntime,
 ) -> None:
     """An interrupted companion is resumed by a send (a new workflow); one aborted on its own
-    answers child_not_running with its error, until an operator retries it."""
+    answers child_not_running with its error, until a message on its own session ends it."""
     runtime = await make_runtime([lead_agent()])
     sid, _ = await _say(runtime, "send reviewer: ask one")
     mate_id = names.companion_session_id(sid, "reviewer")
@@ -183,6 +183,11 @@ async def test_an_aborted_companion_is_not_running_and_an_interrupted_one_resume
     _, refused = await _say(runtime, "send reviewer: hello?", sid)
     assert refused["delivered"] is False and refused["reason"] == "child_not_running"
     assert refused["errorDetail"]["code"] == "framework_cancelled"
+    # A message started on the companion's own session ends the abort (the runbook's way).
+    await (await runtime.start("reviewer", "back to work", session_id=mate_id)).result()
+    assert (await _idle(runtime, mate_id)).status == "completed"
+    _, back = await _say(runtime, "send reviewer: welcome back", sid)
+    assert back["delivered"] is True
 
 
 async def test_an_unknown_companion_has_no_resume_config(make_runtime: MakeRuntime) -> None:
