@@ -51,6 +51,7 @@ EVENT_LEVELS: dict[str, int] = {
     "companion.replied": logging.DEBUG,
     "companion.ended": logging.INFO,
     "companion.woke_parent": logging.INFO,
+    "companion.adopt_failed": logging.WARNING,
     "submit_tool_result.body_too_large": logging.WARNING,
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,

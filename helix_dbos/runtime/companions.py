@@ -19,6 +19,7 @@ inbox (DBOS recorded the ``recv``). The outcome is the seeds' ``CompanionDeliver
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 from dbos import DBOS
@@ -186,6 +187,7 @@ async def send(
             )
     if workflow_id is None:
         return _not_delivered("child_exited")
+    await _ensure_runner(ctx, sid, workflow_id != names.persistent_workflow_id(sid, run))
     outcome = await _await_start(sid, run, workflow_id, parent_agent.companion_delivery_timeout)
     outcome["companionSessionId"] = sid
     outcome["runId"] = run
@@ -257,6 +259,18 @@ async def _deliver(
         within=fence_and_refer,
     )
     return entered.workflow_id
+
+
+async def _ensure_runner(ctx: RuntimeContext, sid: str, live: bool) -> None:
+    """A message to a live workflow whose process is gone: adopt it now (the fleet), not at
+    the next sweep. In a context of its own: an adoption starts workflows, which DBOS refuses
+    inside a step. A failure leaves it to the sweep (the wait then may not see the start)."""
+    if not live or ctx.fleet is None:
+        return
+    try:
+        await asyncio.create_task(ctx.fleet.ensure_runner(sid), context=contextvars.Context())
+    except Exception as exc:  # the sweep adopts it later; the send still reports what it saw
+        log_event("companion.adopt_failed", sessionId=sid, error=type(exc).__name__)
 
 
 async def _ensure_started(state: SessionState, run: str) -> str | None:

@@ -4,8 +4,8 @@ Each outcome of the delivery union is produced by a real situation, on Postgres 
 a first send (its own workflow started), a send to the live workflow (taken from its inbox),
 a companion parked on a client call (``child_busy``), an empty message (``child_entry_failed``),
 an ended companion (``child_exited``), an aborted one (``child_not_running``), an unknown name
-(``no_resume_config``), and a companion whose workflow's process is gone
-(``child_start_unconfirmed``).
+(``no_resume_config``), and a companion whose workflow is of a release no process runs
+(``child_start_unconfirmed``); one whose process is gone is adopted by the send.
 """
 
 from __future__ import annotations
@@ -198,21 +198,21 @@ async def test_an_unknown_companion_has_no_resume_config(make_runtime: MakeRunti
     assert "'reviewer'" in result["errorDetail"]["message"]
 
 
-def _settings(url: str, executor: str) -> HelixSettings:
-    # No adoption while the test runs: the gone process's workflow stays where it is.
+def _settings(url: str, executor: str, version: str = "t") -> HelixSettings:
+    # No sweep while the test runs: only the send itself may adopt.
     return HelixSettings(
         database_url=url,
         executor_id=executor,
-        application_version="t",
+        application_version=version,
         heartbeat_seconds=300,
         adopt_after_seconds=600,
     )
 
 
-async def _live_then_gone(url: str) -> str:
+async def _live_then_gone(url: str, version: str) -> str:
     """A process whose companion is live on its inbox, stopped cleanly (its workflow stays
     PENDING, nobody runs it): the parent's session."""
-    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "first"))
+    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "first", version))
     await runtime.launch()
     try:
         sid, result = await _say(runtime, "send reviewer: hi")
@@ -223,21 +223,42 @@ async def _live_then_gone(url: str) -> str:
     return sid
 
 
-async def _send_to_the_gone(url: str, sid: str) -> None:
-    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "second"))
+async def _send_to_the_gone(url: str, sid: str, version: str) -> dict[str, Any]:
+    """From a second process of ``version``: a send to the companion; its outcome."""
+    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "second", version))
     await runtime.launch()
     try:
-        _, late = await _say(runtime, "send reviewer: are you there?", sid)
-        assert late["delivered"] is False and late["reason"] == "child_start_unconfirmed"
+        assert runtime.fleet is not None
+        runtime.fleet._live = {}  # as a sweep that has not seen the first process yet
+        _, outcome = await _say(runtime, "send reviewer: are you there?", sid)
         mate = await runtime.session(names.companion_session_id(sid, "reviewer"))
-        assert (mate.run_id, mate.status) == (late["runId"], "running")
+        assert mate.run_id == outcome["runId"]
+        if outcome["delivered"]:
+            await until(lambda: _replied(runtime, sid, "reviewed: are you there?"))
+        else:
+            assert mate.status == "running"  # the message waits in the stranded inbox
+        return dict(outcome)
     finally:
         await runtime.shutdown()
 
 
-def test_a_companion_whose_process_is_gone_is_unconfirmed(db_url: str) -> None:
-    """The companion's live workflow belongs to a process that is gone (not yet recovered
-    nor adopted): the message waits in its inbox, and the send answers
-    child_start_unconfirmed once the parent's delivery timeout lapses."""
-    sid = asyncio.run(_live_then_gone(db_url))
-    asyncio.run(_send_to_the_gone(db_url, sid))
+async def _replied(runtime: AgentRuntime, sid: str, text: str) -> bool:
+    events = await runtime.events(sid)
+    return any(e.type == "companion_message" and e.data["text"] == text for e in events)
+
+
+def test_a_companion_whose_process_is_gone_is_adopted_by_the_send(db_url: str) -> None:
+    """The companion's live workflow belongs to a process that is gone: the send adopts it
+    at once (the fleet, as a message to a persistent session does), and it takes the message."""
+    sid = asyncio.run(_live_then_gone(db_url, "t"))
+    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "t"))
+    assert outcome["delivered"] is True
+
+
+def test_a_companion_stranded_on_another_release_is_unconfirmed(db_url: str) -> None:
+    """The companion's live workflow is of a release no process runs now: nothing can take
+    the message within the delivery timeout, and the send answers child_start_unconfirmed
+    (the message stays its input: a process of that release takes it)."""
+    sid = asyncio.run(_live_then_gone(db_url, "v1"))
+    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "v2"))
+    assert outcome["delivered"] is False and outcome["reason"] == "child_start_unconfirmed"
