@@ -14,6 +14,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from dbos import DBOS
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core import define_agent
@@ -262,3 +263,39 @@ def test_a_companion_stranded_on_another_release_is_unconfirmed(db_url: str) -> 
     sid = asyncio.run(_live_then_gone(db_url, "v1"))
     outcome = asyncio.run(_send_to_the_gone(db_url, sid, "v2"))
     assert outcome["delivered"] is False and outcome["reason"] == "child_start_unconfirmed"
+
+
+async def _send_then_cancel(url: str, sid: str) -> dict[str, Any]:
+    """From a process of another release: a send to the stranded companion, whose workflow
+    an operator cancels while the send waits for it to take the message."""
+    lead = lead_agent(delivery_timeout=30.0)
+    runtime = AgentRuntime([lead], _settings(url, "second", "v2"))
+    await runtime.launch()
+    try:
+        mate_id = names.companion_session_id(sid, "reviewer")
+        before = await runtime.session(mate_id)
+        live = before.metadata[records.PERSISTENT_KEY]["workflowId"]
+        sending = asyncio.create_task(_say(runtime, "send reviewer: still there?", sid))
+
+        async def claimed() -> bool:
+            return (await runtime.session(mate_id)).run_id != before.run_id
+
+        await until(claimed)
+        await DBOS.cancel_workflow_async(live)
+        _, outcome = await asyncio.wait_for(sending, 30)
+        return dict(outcome)
+    finally:
+        await runtime.shutdown()
+
+
+def test_a_companion_whose_loop_ends_before_the_message_has_exited(db_url: str) -> None:
+    """The message is in the companion's inbox, and its workflow ends (an operator cancels
+    it) before it takes the message: the send answers child_exited."""
+    sid = asyncio.run(_live_then_gone(db_url, "v1"))
+    outcome = asyncio.run(_send_then_cancel(db_url, sid))
+    assert outcome == {
+        "delivered": False,
+        "reason": "child_exited",
+        "companionSessionId": names.companion_session_id(sid, "reviewer"),
+        "runId": outcome["runId"],
+    }
