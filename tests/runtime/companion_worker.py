@@ -8,7 +8,8 @@ Modes (the stop is a wrapper this process puts around the runtime's own function
   unrecorded and the companion's workflow does not exist;
 * ``reply``: the companion's turn ended (committed) and its reply is about to be handed to
   the parent (``companion_replies.report``);
-* ``replied``: the reply's commit landed, and the companion's workflow has not gone on yet.
+* ``replied``: the reply's commit landed, and the companion's workflow has not gone on yet;
+* ``turn``: the companion's turn (``ask ...``) is parked on its client call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.runtime import AgentRuntime, companion_replies, persistent
-from tests.support.companions import lead_agent
+from tests.support.companions import companion_calls, lead_agent
 
 EXECUTOR = "companion-crash-exec"
 VERSION = "companion-crash-1"
@@ -66,6 +67,12 @@ async def main(url: str, mode: str) -> None:
     runtime = AgentRuntime([lead_agent()], settings(url))
     await runtime.launch()
     session: dict[str, str] = {}
+    if mode == "turn":
+        handle = await runtime.start("lead", "send reviewer: ask the intro")
+        session["session"] = handle.session_id
+        [call] = await companion_calls(runtime, handle.session_id)
+        session["call"] = call["toolCallId"]
+        await _stop_here(session)
     _wrap(mode, session)
     handle = await runtime.start("lead", "send reviewer: check the intro")
     session["session"] = handle.session_id

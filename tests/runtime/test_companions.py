@@ -299,3 +299,21 @@ def test_a_companion_whose_loop_ends_before_the_message_has_exited(db_url: str) 
         "companionSessionId": names.companion_session_id(sid, "reviewer"),
         "runId": outcome["runId"],
     }
+
+
+async def test_ending_a_companion_mid_turn_stops_its_turn(make_runtime: MakeRuntime) -> None:
+    """companion__end on a companion parked on a client call stops that turn (its call is
+    closed on the root) and ends it: a later send answers child_exited."""
+    runtime = await make_runtime([lead_agent()])
+    sid, _ = await _say(runtime, "send reviewer: ask which")
+    mate_id = names.companion_session_id(sid, "reviewer")
+    [call] = await companion_calls(runtime, sid)
+    _, ended = await _say(runtime, "end reviewer", sid)
+    assert ended == {"companion": "reviewer", "ended": True}
+    mate = await runtime.session(mate_id)
+    assert mate.status == "interrupted" and records.COMPANION_ENDED_KEY in mate.metadata
+    assert (await runtime.status(sid))["pendingToolCalls"] == []
+    late = await runtime.submit_tool_result(sid, call["toolCallId"], result={"answer": "x"})
+    assert late.status == "unknown_tool_call"
+    _, refused = await _say(runtime, "send reviewer: hello", sid)
+    assert refused == {"delivered": False, "reason": "child_exited"}
