@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from ..core.agents import Agent
 from ..store.store import patience
-from . import names, steps
+from . import model_step, names, steps
 from .context import current
 from .handover import Continued, ParkedBatch, ReadLost, ResumeRead, Resumption, detached
 from .once import FENCED
@@ -88,7 +88,7 @@ async def continue_batch(
 
     async def next_step() -> ModelStepResult | FencedResult:
         with patience(None):
-            return await steps.model_answer(
+            return await model_step.model_answer(
                 names.turn_slot(batch.workflow_id, next_run, batch.step + 1, "model"),
                 batch.session_id,
                 batch.root_session_id,

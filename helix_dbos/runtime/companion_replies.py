@@ -19,7 +19,6 @@ from ..core.events import event
 from ..core.markers import companion_notification
 from ..core.session import SessionState
 from ..observability.log import log_event
-from ..store.store import NoChange
 from . import names, records
 from .companion_wake import after_reply
 from .context import current
@@ -59,7 +58,9 @@ async def report(session_id: str, run_id: str, root_session_id: str, outcome: Tu
     def decide(states: dict[str, SessionState]) -> tuple[str, str | None]:
         parent = states[parent_id]
         if parent.status not in ACTIVE_STATUSES:
-            raise NoChange(("appended", parent.run_id))  # appended below, the row held
+            # Appended below. The row is saved all the same: its version moves, so a claim
+            # that read the conversation before this append loses its swap (rule 26).
+            return "appended", parent.run_id
         parent.metadata.setdefault(records.COMPANION_NOTICES_KEY, []).append(notice)
         return "queued", parent.run_id
 

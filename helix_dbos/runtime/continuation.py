@@ -38,8 +38,9 @@ from .companion_wake import after_turn
 from .context import RuntimeContext, current, workflow_task
 from .hibernation import child_ended, continuation_id, mark_of, waits_on_child
 from .once import recorded
+from .outcomes import stopped_outcome
 from .records import HibernationRecord, TurnOutcome
-from .turn import _Turn, stopped_outcome
+from .turn import _Turn
 
 __all__ = [
     "continuation_of",

@@ -21,8 +21,8 @@ from .context import RuntimeContext
 from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
 from .hibernation import child_ended, mark_of, waits_on_child
+from .outcomes import stopped_outcome
 from .records import HIBERNATED_KEY, STASH_KEY, EntryStash
-from .turn import stopped_outcome
 from .wake import send_to_turn
 
 __all__ = ["stash_entry", "stop_tree", "tree_of", "wake_stopped"]

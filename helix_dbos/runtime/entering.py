@@ -14,9 +14,10 @@ from ..observability.log import log_event
 from ..store.connection import IntegrityError
 from . import names, persistent, records
 from .entry import open_turn
+from .first_step import start_first_step
 from .handle import TurnHandle
 from .handover import EntryInputs
-from .turn import run_turn, start_first_step
+from .turn import run_turn
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime

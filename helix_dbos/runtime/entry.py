@@ -123,10 +123,9 @@ async def open_turn(
     Returns the claimed row and the live conversation as this transaction leaves it (the
     turn's first model step can start from them: ``handover``). The entry message is marked
     as the turn's own input, after companion replies kept (``companion_replies``).
-    ``workflow_id`` runs the turn (default: the turn's own, ``names.turn_workflow_id``). ``new``: the caller
-    made ``session_id`` up just now, so it is not read first (a session that exists after all
-    fails the insert with ``IntegrityError``). ``owner``: who starts the session, recorded if
-    it is created here (an existing session keeps its own).
+    ``workflow_id`` runs the turn (default: its own, ``names.turn_workflow_id``). ``new``: the
+    caller made ``session_id`` up, so it is not read first (one that exists after all fails
+    the insert with ``IntegrityError``). ``owner``: recorded if the session is created here.
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running (retryable) or parked
@@ -136,10 +135,11 @@ async def open_turn(
     existing = None
     history: list[Message] = []  # a new session has no log to heal
     if not new:
-        # The row and its conversation in one read. The claim below swaps from that row, and
-        # every write to a conversation moves its row's version: a claim that lands read the
-        # whole conversation (a lost swap runs the transaction again). So the read need not
-        # be in the transaction: read apart, the claim's commit is one statement.
+        # Read apart (the claim's commit is then one statement), yet whole: the claim swaps
+        # from this row, not active. A write to a conversation moves its row's version (a
+        # lost swap runs this again), or, with no swap, is made under the row's lock by a
+        # commit fenced on an active status, which cannot land on this row (ARCHITECTURE.md,
+        # rule 26).
         try:
             read, history = await store.resume_inputs(session_id, (), conn, apart=True)
             existing = read[session_id]

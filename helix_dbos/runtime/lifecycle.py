@@ -55,6 +55,7 @@ from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names, notes
 from .context import current, workflow_task
 from .entry import ACTIVE_STATUSES
+from .model_step import pending_entries, start_events
 from .once import FENCED, exactly_once, step_connection
 from .plan import plan_calls
 from .records import (
@@ -67,7 +68,6 @@ from .records import (
     TurnOutcome,
 )
 from .retry_plan import Reshape, heals, plan_retry
-from .steps import _pending_entries, _start_events
 from .turn import _Turn
 
 __all__ = ["Op", "Reshape", "apply_lifecycle", "precheck", "run_lifecycle", "start_lifecycle"]
@@ -287,7 +287,7 @@ async def apply_lifecycle(
 
     call_plan = plan_calls(agent, plan.batch) if plan.batch else []
     at = int(datetime.now(UTC).timestamp() * 1000)
-    entries = _pending_entries(
+    entries = pending_entries(
         call_plan, run_id, at, int(agent.completed_tombstone_retention * 1000)
     )
     commit = _commit(session_id, run_id, workflow_id, plan, entries)
@@ -304,7 +304,7 @@ async def apply_lifecycle(
     ]
     if not plan.ended:
         new_events.append(event("turn_start", runId=run_id, agentType=state.agent_type))
-    new_events += _start_events(call_plan, entries)
+    new_events += start_events(call_plan, entries)
     if entries:
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     await ctx.store.append_events(session_id, run_id, new_events, conn)

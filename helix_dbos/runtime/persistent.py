@@ -50,7 +50,8 @@ from . import companion_replies, companion_wake, names, records
 from .context import RuntimeContext, current, workflow_task
 from .continuation import continuation_of
 from .entry import ACTIVE_STATUSES, open_turn
-from .turn import _Turn, stopped_outcome
+from .outcomes import stopped_outcome
+from .turn import _Turn
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [

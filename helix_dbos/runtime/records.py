@@ -128,7 +128,7 @@ FENCED_KEY: Final = "fenced"
 
 class FencedResult(TypedDict):
     """What an exactly-once step records when its run was stopped or superseded: it wrote
-    nothing, and the turn ends at once (``turn._check_fence``)."""
+    nothing, and the turn ends at once (``outcomes.check_fence``)."""
 
     fenced: str
     """Why (``Fenced.reason``)."""

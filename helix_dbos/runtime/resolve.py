@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ..core.expiry import wait_outcome
-from .records import ToolCallRef, ToolResult
+from .records import ServerToolResult, ToolCallRef, ToolResult, TurnError, TurnOutcome
 
-__all__ = ["call_outcome", "end_fields", "resolve_call"]
+__all__ = ["call_outcome", "child_result", "end_fields", "resolve_call"]
 
 
 def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool) -> ToolResult:
@@ -150,3 +150,24 @@ def end_fields(result: ToolResult) -> dict[str, Any]:
     if outcome == "expired":
         return {"outcome": outcome, "onTimeout": result.get("onTimeout", "error")}
     return {"outcome": outcome}
+
+
+def child_result(outcome: TurnOutcome) -> ServerToolResult:
+    """A sub-agent call's result from the sub-agent's turn outcome."""
+    if outcome.get("outcome") == "completed":
+        return {
+            "ok": True,
+            "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
+        }
+    if outcome.get("outcome") == "stopped":
+        return {
+            "ok": False,
+            "error": "The sub-agent was stopped before it finished.",
+            "errorCode": "aborted",
+        }
+    error: TurnError | dict[str, Any] = outcome.get("error") or {}
+    return {
+        "ok": False,
+        "error": f"The sub-agent failed: {error.get('message', '')}",
+        "errorCode": error.get("code", "tool_execution_failed"),
+    }

@@ -1,46 +1,37 @@
-"""The durable steps of a turn: the model call with the commit of its answer, server tools,
-reading a batch's answers, committing its results, and the turn's end.
+"""The durable steps of a turn after its model call: server tools, reading a batch's answers,
+committing its results, and the turn's end (the model call and the commit of its answer are
+``model_step.py``).
 
 Every step that writes session state is exactly-once (see ``once.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, cast
 
 from dbos import DBOS
-from pydantic import BaseModel, ValidationError
 
 from ..core.events import event
 from ..core.humanize import humanize_client_tool_error
-from ..core.llm import LLMRequest, LLMResponse
 from ..core.markers import mark_entry_input
 from ..core.messages import Message
-from ..core.session import PendingCall, SessionState, Tombstone, args_digest, stop_pending
-from ..errors import HelixError, ProviderError, SessionNotFoundError, with_details
+from ..core.session import PendingCall, SessionState, Tombstone, stop_pending
 from ..observability import approval_metrics, metrics
 from ..observability.log import log_event
-from ..store.faults import is_transient
 from ..store.store import (
-    OWNERSHIP_ATTEMPTS,
-    Fenced,
     NoChange,
-    Prior,
     RetryTransaction,
     guard,
     now_ms,
 )
 from . import names, notes
 from .context import current
-from .deltas import DeltaStream
 from .entry import ACTIVE_STATUSES
-from .handover import EntryInputs, Resumption
-from .once import FENCED, after_commit, commit_once, exactly_once, step_connection
-from .plan import SUSPENDING_KINDS, plan_calls
+from .handover import Resumption
+from .once import after_commit, exactly_once, step_connection
+from .plan import SUSPENDING_KINDS
 from .records import (
     CHILD_ENDS_KEY,
     HIBERNATED_KEY,
@@ -49,11 +40,8 @@ from .records import (
     CollectedAnswers,
     CommittedResults,
     EntryStash,
-    FencedResult,
     FinishResult,
-    ModelStepResult,
     PlanItem,
-    ServerToolResult,
     ToolResult,
     TurnError,
     TurnSummary,
@@ -65,9 +53,8 @@ __all__ = [
     "collect_answers",
     "commit_results",
     "finish_turn",
+    "ending",
     "log_settled",
-    "model_answer",
-    "run_server_tool",
     "tool_result_message",
 ]
 
@@ -77,371 +64,6 @@ P = ParamSpec("P")
 
 #: How long a turn woken with an answer waits for that answer's commit to become visible.
 ANSWER_VISIBILITY_MS = 10_000
-
-
-def _retryable(exc: BaseException) -> bool:
-    return (isinstance(exc, ProviderError) and exc.retryable) or is_transient(exc)
-
-
-# -- the model ------------------------------------------------------------------------------
-
-
-#: How a retryable provider error is retried: attempts in all, the first pause and its growth.
-MODEL_ATTEMPTS = 4
-MODEL_RETRY_INTERVAL_SECONDS = 0.5
-MODEL_RETRY_BACKOFF = 2.0
-
-
-async def model_answer(
-    slot: str,
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    agent_type: str,
-    step: int,
-    summary: TurnSummary,
-    entry: EntryInputs | None = None,
-) -> ModelStepResult | FencedResult:
-    """Call the model on the session's conversation and commit its answer, exactly once.
-
-    Layout 2: plain workflow code whose checkpoint (``slot``) makes it exactly-once. The
-    commit (see ``_commit_model``) appends the assistant message and registers the
-    suspending calls. A re-execution after the commit (a replay) returns the committed
-    answer: the provider is called again only when nothing was committed. A retryable
-    provider error is retried ``MODEL_ATTEMPTS`` times in all, with backoff; the last one is
-    raised. ``entry``: the inputs of a new session's first step as its entry committed them
-    (``handover``), read from the store otherwise (and on any retry).
-
-    Returns:
-        ``{"response", "llm", "plan", "deadlines"}``.
-    """
-    attempt = 1
-    while True:
-        try:
-            return await _model_once(
-                slot, session_id, root_session_id, run_id, agent_type, step, summary, entry
-            )
-        except Exception as exc:
-            if attempt >= MODEL_ATTEMPTS or not _retryable(exc):
-                raise
-            delay = MODEL_RETRY_INTERVAL_SECONDS * MODEL_RETRY_BACKOFF ** (attempt - 1)
-            log_event(
-                "turn.model_retry",
-                sessionId=session_id,
-                runId=run_id,
-                attempt=attempt,
-                delaySeconds=delay,
-                errorCode=getattr(exc, "code", None),
-            )
-            attempt += 1
-            entry = None
-            await asyncio.sleep(delay)
-
-
-async def _model_once(
-    slot: str,
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    agent_type: str,
-    step: int,
-    summary: TurnSummary,
-    entry: EntryInputs | None = None,
-) -> ModelStepResult | FencedResult:
-    """One attempt of ``model_answer``."""
-    ctx = current()
-    if entry is not None:
-        # A new run of a new session: nothing of it is committed beyond its entry.
-        state, done, history = entry.state, None, entry.history
-    else:
-        try:
-            state, done, history = await ctx.store.step_inputs(session_id, slot)
-        except SessionNotFoundError:
-            # A turn whose entry never committed (its process died in between): no run.
-            return {FENCED: "session_missing"}
-    if done is not None:
-        # An earlier execution committed: its answer, without calling the provider again.
-        return done["result"]  # type: ignore[no-any-return]
-    try:
-        # A stopped or superseded run does not spend a model call.
-        guard(state, run_id, ("running",))
-    except Fenced as fenced:
-        return {FENCED: fenced.reason}
-    agent = ctx.registry.get(agent_type)
-    request = LLMRequest(
-        instructions=agent.instructions,
-        messages=history,
-        tools=list(agent.tool_schemas),
-        session_id=session_id,
-        run_id=run_id,
-        step=step,
-    )
-    deltas = DeltaStream(ctx.store, session_id, run_id, step)
-    response = await agent.llm.complete(request, on_text=deltas)
-    # What is still buffered is written by the step's own commit (no transaction of its own).
-    last_delta = deltas.take()
-    plan = plan_calls(agent, response.tool_calls)
-    model: dict[str, Any] = {"response": response.model_dump(mode="json"), "llm": agent.llm.name}
-    final_summary: TurnSummary | None = None
-    if not response.tool_calls:
-        final_summary = {
-            **summary,
-            "steps": summary["steps"] + 1,
-            "inputTokens": summary["inputTokens"] + response.usage.input_tokens,
-            "outputTokens": summary["outputTokens"] + response.usage.output_tokens,
-        }
-    retention_ms = int(agent.completed_tombstone_retention * 1000)
-    # The row as read before the model call: the commit swaps from it (no second read) and a
-    # commit that finds it changed (a stop, a new message) reads it again, locked.
-    prior = Prior(state)
-
-    async def commit() -> ModelStepResult:
-        committed = await _commit_model(
-            session_id,
-            root_session_id,
-            run_id,
-            step,
-            model,
-            plan,
-            retention_ms,
-            final_summary,
-            last_delta,
-            prior,
-        )
-        return {
-            "response": model["response"],
-            "llm": model["llm"],
-            "plan": plan,
-            "deadlines": committed["deadlines"],
-        }
-
-    try:
-        committed = await commit_once(
-            slot,
-            session_id,
-            run_id,
-            step,
-            commit,
-            attempts=OWNERSHIP_ATTEMPTS,
-            retry_event="client_tool.ownership_retry",
-            failed_event="client_tool.ownership_write_failed",
-            session_ids=list(dict.fromkeys([session_id, root_session_id])),
-            read_first=False,  # read just above, before the model call
-            lean=True,
-        )
-    except Fenced as fenced:
-        # Stopped or superseded while the model ran: nothing is written, the answer dropped.
-        return {FENCED: fenced.reason}
-    except HelixError as exc:
-        # The model ran (and spent tokens) but its answer could not be committed: the turn
-        # fails with this error, and its summary still counts the call.
-        raise with_details(exc, modelUsage=response.usage.model_dump()) from exc
-    _log_model_commit(session_id, run_id, plan, committed["deadlines"], final_summary)
-    return committed
-
-
-def _log_model_commit(
-    session_id: str,
-    run_id: str,
-    plan: list[PlanItem],
-    deadlines: dict[str, int],
-    final_summary: TurnSummary | None,
-) -> None:
-    """The log lines of a committed model answer (after the commit: a retried transaction
-    must not log twice)."""
-    if final_summary is not None:
-        log_event(
-            "turn.summary", sessionId=session_id, runId=run_id, outcome="completed", **final_summary
-        )
-    for item in plan:
-        if item["toolCallId"] in deadlines:
-            log_event(
-                "client_tool.suspended",
-                sessionId=session_id,
-                runId=run_id,
-                toolCallId=item["toolCallId"],
-                toolName=item["toolName"],
-                deadlineAt=deadlines[item["toolCallId"]],
-                kind=item["kind"],
-            )
-
-
-# -- committing the model's answer ----------------------------------------------------------
-
-
-def _pending_entries(
-    plan: list[PlanItem], run_id: str, at_ms: int, retention_ms: int
-) -> dict[str, PendingCall]:
-    entries: dict[str, PendingCall] = {}
-    for item in plan:
-        if item["kind"] not in SUSPENDING_KINDS:
-            continue
-        tcid = item["toolCallId"]
-        entries[tcid] = PendingCall(
-            tool_call_id=tcid,
-            tool_name=item["toolName"],
-            input=item["input"],
-            run_id=run_id,
-            kind=item["kind"],
-            index=item["index"],
-            deadline_at=at_ms + int(item["timeoutSeconds"] * 1000),
-            registered_at=at_ms,
-            completed_retention_ms=retention_ms,
-            approval_id=names.approval_id(run_id, tcid) if item["kind"] == "approval" else None,
-            on_timeout=item.get("onTimeout"),
-            args_digest=args_digest(item["toolName"], item["input"])
-            if item["kind"] == "approval"
-            else None,
-        )
-    return entries
-
-
-def _start_events(plan: list[PlanItem], entries: dict[str, PendingCall]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for item in plan:
-        entry = entries.get(item["toolCallId"])
-        common = {
-            "toolCallId": item["toolCallId"],
-            "toolName": item["toolName"],
-            "input": item["input"],
-        }
-        if entry is not None and entry.kind == "approval":
-            out.append(
-                event(
-                    "tool_approval_request",
-                    **common,
-                    approvalId=entry.approval_id,
-                    argsDigest=entry.args_digest,
-                    deadlineAt=entry.deadline_at,
-                )
-            )
-        else:
-            extra = {"deadlineAt": entry.deadline_at} if entry is not None else {}
-            out.append(event("tool_start", **common, kind=item["kind"], **extra))
-    return out
-
-
-async def _commit_model(
-    session_id: str,
-    root_session_id: str,
-    run_id: str,
-    step: int,
-    model: dict[str, Any],
-    plan: list[PlanItem],
-    retention_ms: int,
-    final_summary: TurnSummary | None = None,
-    last_delta: dict[str, Any] | None = None,
-    prior: Prior | None = None,
-) -> dict[str, Any]:
-    """Commit the assistant message, its events and usage, and register suspending calls.
-
-    In the same transaction, the suspending calls' pending entries are written on this
-    (owning) session and their ownership entries on the root. With ``final_summary`` (a reply
-    without tool calls) the same transaction also ends the turn ``completed``.
-
-    Returns:
-        ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
-    """
-    ctx = current()
-    conn = await step_connection()
-    response = LLMResponse.model_validate(model["response"])
-    at = now_ms()
-    await ctx.store.append_messages(
-        session_id,
-        run_id,
-        [Message(role="assistant", content=response.text, tool_calls=response.tool_calls)],
-        conn,
-    )
-    await ctx.store.record_usage(
-        [
-            metrics.token_row(
-                response.usage,
-                session_id=session_id,
-                run_id=run_id,
-                step=step,
-                llm_name=model.get("llm", "llm"),
-                at_ms=at,
-            )
-        ],
-        conn,
-    )
-    entries = _pending_entries(plan, run_id, at, retention_ms)
-
-    def register(states: dict[str, SessionState]) -> None:
-        # The fence: only the session's live run, still running, commits its model's answer.
-        owner, root = states[session_id], states[root_session_id]
-        guard(owner, run_id, ("running",))
-        if final_summary is not None:
-            _end("completed", None)({session_id: owner})
-        elif not entries:
-            raise NoChange(None)
-        owner.pending.update(entries)
-        if entries:
-            owner.status = "suspended_client_tool"
-        for tcid in entries:
-            root.ownership[tcid] = session_id
-
-    await ctx.store.update([session_id, root_session_id], register, conn=conn, prior=prior)
-    new_events: list[dict[str, Any]] = [last_delta] if last_delta is not None else []
-    if response.text:
-        new_events.append(event("text", text=response.text, step=step))
-    new_events.extend(_start_events(plan, entries))
-    if entries:
-        new_events.append(event("suspended", toolCallIds=list(entries), reason=_reason(entries)))
-    if final_summary is not None:
-        new_events.append(event("turn_end", outcome="completed", text=response.text))
-        after_commit(lambda: approval_metrics.record_turn("completed"))
-    await ctx.store.append_events(session_id, run_id, new_events, conn)
-    # The hooks' events of the parked calls, in this transaction (``notes.py``).
-    await notes.write(conn, notes.park_rows(session_id, root_session_id, plan, entries))
-    return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
-
-
-def _reason(entries: dict[str, PendingCall]) -> str:
-    """A suspension's ``reason``: ``approval`` when it waits on approvals only."""
-    return "approval" if all(e.kind == "approval" for e in entries.values()) else "client_tool"
-
-
-# -- tools ----------------------------------------------------------------------------------
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    json.dumps(value)  # fail here, not in the checkpoint, on a non-JSON result
-    return value
-
-
-@DBOS.step(name=names.SERVER_TOOL_STEP)
-async def run_server_tool(
-    agent_type: str, tool_name: str, tool_input: dict[str, Any]
-) -> ServerToolResult:
-    """Run a server tool; a tool's own failure is a failed tool result, not a failed turn."""
-    tool = current().registry.get(agent_type).tool(tool_name)
-    if tool is None or tool.function is None:
-        return {
-            "ok": False,
-            "error": f"Unknown server tool {tool_name!r}",
-            "errorCode": "tool_execution_failed",
-        }
-    try:
-        args = tool.input_model.model_validate(tool_input)
-        value = tool.function(args)
-        if inspect.isawaitable(value):
-            value = await value
-        return {"ok": True, "result": _jsonable(value)}
-    except ValidationError as exc:
-        return {
-            "ok": False,
-            "error": f"Invalid arguments: {exc.errors(include_url=False)}",
-            "errorCode": "validation_failed",
-        }
-    except Exception as exc:  # the model reads the failure and may recover
-        return {
-            "ok": False,
-            "error": f"{type(exc).__name__}: {exc}",
-            "errorCode": "tool_execution_failed",
-        }
 
 
 # -- parking and draining -------------------------------------------------------------------
@@ -586,72 +208,141 @@ async def commit_results(
     ctx = current()
     conn = await step_connection()
     at = now_ms()
-    suspending = [item for item in plan if item["kind"] in SUSPENDING_KINDS]
-    ids = [item["toolCallId"] for item in suspending]
-
-    def settle(states: dict[str, SessionState]) -> tuple[list[ToolResult], EntryStash | None]:
-        owner, root = states[session_id], states[root_session_id]
-        guard(owner, run_id, ACTIVE_STATUSES)
-        await_visible(owner, woken or {}, at)
-        stash: EntryStash | None = owner.metadata.pop(STASH_KEY, None)
-        abandon = bool(stash and stash.get("abandonPending"))
-        _forget_child_ends(owner, plan)
-        resolved = dict(given)
-        for item in suspending:
-            tcid = item["toolCallId"]
-            entry = owner.pending.pop(tcid, None)
-            if tcid not in resolved:
-                current_entry = (
-                    entry.dump() if entry is not None and entry.run_id == run_id else None
-                )
-                resolved[tcid] = resolve_call(item, current_entry, abandon)
-            root.ownership.pop(tcid, None)
-            root.completed[tcid] = Tombstone(
-                completed_at=at,
-                outcome=resolved[tcid]["outcome"],
-                run_id=run_id,
-                owner_session_id=session_id,
-                retention_ms=entry.completed_retention_ms if entry else 0,
-            )
-        _reap_tombstones(root, at, keep=set(ids))
-        owner.status = "running"
-        owner.run_id = next_run
-        if workflow_id is not None:
-            _rebind(owner, workflow_id, at)
-        return [resolved[item["toolCallId"]] for item in plan], stash
-
     saved: SessionState | None = None
-    if suspending:
+    stash: EntryStash | None = None
+    if any(item["kind"] in SUSPENDING_KINDS for item in plan):
+        settle = _Settle(session_id, root_session_id, run_id, next_run, plan, given, at)
         committed, (results, stash) = await ctx.store.update(
             [session_id, root_session_id],
-            settle,
+            settle.with_wake(woken, workflow_id),
             conn=conn,
             prior=resumed.prior if resumed is not None else None,
         )
         saved = committed[session_id]
     else:
-
-        def fence(states: dict[str, SessionState]) -> None:
-            owner = states[session_id]
-            guard(owner, run_id, ACTIVE_STATUSES)
-            if workflow_id is None and CHILD_ENDS_KEY not in owner.metadata:
-                raise NoChange(None)
-            # A turn continued after it waited on its sub-agent: the row names its workflow.
-            _forget_child_ends(owner, plan)
-            if workflow_id is not None:
-                _rebind(owner, workflow_id, at)
-
-        await ctx.store.update([session_id], fence, conn=conn)
-        results, stash = [given[item["toolCallId"]] for item in plan], None
-    suspended = [r for r in results if r.get("suspended")]
-    new_messages = [tool_result_message(r) for r in results]
-    if stash and stash.get("message"):
-        # The message is the continuation run's own input (a retry of that run finds it).
-        new_messages.append(
-            mark_entry_input(Message(role="user", content=stash["message"]), next_run)
+        await ctx.store.update(
+            [session_id], _fence(session_id, run_id, plan, workflow_id, at), conn=conn
         )
+        results = [given[item["toolCallId"]] for item in plan]
+    message = stash.get("message") if stash else None
+    new_messages = [tool_result_message(r) for r in results]
+    if message:
+        # The message is the continuation run's own input (a retry of that run finds it).
+        new_messages.append(mark_entry_input(Message(role="user", content=message), next_run))
     await ctx.store.append_messages(session_id, run_id, new_messages, conn)
-    usage_rows: list[dict[str, Any]] = []
+    suspended = [r for r in results if r.get("suspended")]
+    await ctx.store.record_usage(_wait_rows(session_id, run_id, suspended, at), conn)
+    await notes.write(
+        conn, notes.settle_rows(session_id, root_session_id, run_id, plan, suspended, at)
+    )
+    after_commit(lambda: approval_metrics.record_results(suspended))
+    await ctx.store.append_events(session_id, run_id, _end_events(results, message), conn)
+    out: CommittedResults = {"results": results, "stashedMessage": bool(message)}
+    if resumed is not None and saved is not None:
+        resumed.offer(out, saved, new_messages)
+    return out
+
+
+class _Settle:
+    """The results commit's mutation of the owner's and the root's rows (pure: it may run
+    again on a retried transaction): fence the run, pop the stash, resolve each suspending
+    call from its stored entry, clear the pending and ownership entries, write the root's
+    tombstones, and move the session to the continuation run."""
+
+    __slots__ = ("at", "given", "next_run", "plan", "root_id", "run_id", "session_id",
+                 "woken", "workflow_id")  # fmt: skip
+
+    def __init__(
+        self,
+        session_id: str,
+        root_id: str,
+        run_id: str,
+        next_run: str,
+        plan: list[PlanItem],
+        given: dict[str, ToolResult],
+        at: int,
+    ) -> None:
+        self.session_id, self.root_id, self.run_id = session_id, root_id, run_id
+        self.next_run, self.plan, self.given, self.at = next_run, plan, given, at
+        self.woken: WokenAnswers = {}
+        self.workflow_id: str | None = None
+
+    def with_wake(self, woken: WokenAnswers | None, workflow_id: str | None) -> _Settle:
+        """The answers' times the turn was woken by, and the workflow that continues it."""
+        self.woken, self.workflow_id = woken or {}, workflow_id
+        return self
+
+    def __call__(
+        self, states: dict[str, SessionState]
+    ) -> tuple[list[ToolResult], EntryStash | None]:
+        owner, root = states[self.session_id], states[self.root_id]
+        guard(owner, self.run_id, ACTIVE_STATUSES)
+        await_visible(owner, self.woken, self.at)
+        stash: EntryStash | None = owner.metadata.pop(STASH_KEY, None)
+        abandon = bool(stash and stash.get("abandonPending"))
+        _forget_child_ends(owner, self.plan)
+        resolved = dict(self.given)
+        ids = []
+        for item in self.plan:
+            if item["kind"] in SUSPENDING_KINDS:
+                ids.append(item["toolCallId"])
+                self._settle_call(owner, root, item, resolved, abandon)
+        _reap_tombstones(root, self.at, keep=set(ids))
+        owner.status = "running"
+        owner.run_id = self.next_run
+        if self.workflow_id is not None:
+            _rebind(owner, self.workflow_id, self.at)
+        return [resolved[item["toolCallId"]] for item in self.plan], stash
+
+    def _settle_call(
+        self,
+        owner: SessionState,
+        root: SessionState,
+        item: PlanItem,
+        resolved: dict[str, ToolResult],
+        abandon: bool,
+    ) -> None:
+        """Resolve one suspending call (unless its result is given) and leave its tombstone."""
+        tcid = item["toolCallId"]
+        entry = owner.pending.pop(tcid, None)
+        if tcid not in resolved:
+            current_entry = (
+                entry.dump() if entry is not None and entry.run_id == self.run_id else None
+            )
+            resolved[tcid] = resolve_call(item, current_entry, abandon)
+        root.ownership.pop(tcid, None)
+        root.completed[tcid] = Tombstone(
+            completed_at=self.at,
+            outcome=resolved[tcid]["outcome"],
+            run_id=self.run_id,
+            owner_session_id=self.session_id,
+            retention_ms=entry.completed_retention_ms if entry else 0,
+        )
+
+
+def _fence(
+    session_id: str, run_id: str, plan: list[PlanItem], workflow_id: str | None, at: int
+) -> Callable[[dict[str, SessionState]], None]:
+    """The results commit's mutation for a batch with no suspending call: fence the run, and
+    name the continuing workflow (a turn continued after it waited on its sub-agent)."""
+
+    def fence(states: dict[str, SessionState]) -> None:
+        owner = states[session_id]
+        guard(owner, run_id, ACTIVE_STATUSES)
+        if workflow_id is None and CHILD_ENDS_KEY not in owner.metadata:
+            raise NoChange(None)
+        _forget_child_ends(owner, plan)
+        if workflow_id is not None:
+            _rebind(owner, workflow_id, at)
+
+    return fence
+
+
+def _wait_rows(
+    session_id: str, run_id: str, suspended: list[ToolResult], at: int
+) -> list[dict[str, Any]]:
+    """The usage rows of a batch's suspended calls: each one's wait, and each timeout."""
+    rows: list[dict[str, Any]] = []
     for r in suspended:
         common: dict[str, Any] = {
             "session_id": session_id,
@@ -660,15 +351,15 @@ async def commit_results(
             "tool_name": r["toolName"],
             "at_ms": at,
         }
-        usage_rows.append(metrics.wait_row(wait_ms=r.get("waitMs", 0), **common))
+        rows.append(metrics.wait_row(wait_ms=r.get("waitMs", 0), **common))
         if r["outcome"] == "timeout":
-            usage_rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
-    await ctx.store.record_usage(usage_rows, conn)
-    await notes.write(
-        conn, notes.settle_rows(session_id, root_session_id, run_id, plan, suspended, at)
-    )
-    after_commit(lambda: approval_metrics.record_results(suspended))
-    end_events = []
+            rows.append(metrics.counter_row(metrics.CLIENT_TOOL_TIMEOUT, **common))
+    return rows
+
+
+def _end_events(results: list[ToolResult], message: str | None) -> list[dict[str, Any]]:
+    """A ``tool_end`` event per result, in the model's order, then the stashed message's."""
+    events = []
     for r in results:
         data: dict[str, Any] = {"toolCallId": r["toolCallId"], "toolName": r["toolName"]}
         if r.get("ok"):
@@ -679,17 +370,10 @@ async def commit_results(
             data["error"] = tool_result_message(r).content
             data["errorCode"] = r.get("errorCode") or "tool_error"
         data.update(end_fields(r))  # how a suspended call's wait ended
-        end_events.append(event("tool_end", **data))
-    if stash and stash.get("message"):
-        end_events.append(event("user_message", text=stash["message"]))
-    await ctx.store.append_events(session_id, run_id, end_events, conn)
-    out: CommittedResults = {
-        "results": results,
-        "stashedMessage": bool(stash and stash.get("message")),
-    }
-    if resumed is not None and saved is not None:
-        resumed.offer(out, saved, new_messages)
-    return out
+        events.append(event("tool_end", **data))
+    if message:
+        events.append(event("user_message", text=message))
+    return events
 
 
 def log_settled(session_id: str, run_id: str, results: list[ToolResult]) -> None:
@@ -721,7 +405,7 @@ def _reap_tombstones(root: SessionState, at: int, keep: set[str]) -> None:
 # -- the end of a turn ----------------------------------------------------------------------
 
 
-def _end(status: str, error: TurnError | None) -> Callable[[dict[str, SessionState]], None]:
+def ending(status: str, error: TurnError | None) -> Callable[[dict[str, SessionState]], None]:
     """A mutation that ends a session's turn with ``status``."""
 
     def end(states: dict[str, SessionState]) -> None:
@@ -757,7 +441,7 @@ async def finish_turn(
     ctx = current()
     conn = await step_connection()
     status = "completed" if outcome == "completed" else "failed"
-    end = _end(status, error)
+    end = ending(status, error)
     root_id = root_session_id or session_id
     at = now_ms()
 

@@ -12,33 +12,20 @@ answer says what the stored result caused (its continuation).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
-
-from pydantic import ValidationError
 
 from ..core.session import (
     Continuation,
     PendingCall,
     SessionState,
     SubmitAnswer,
-    args_digest,
     batch_of,
     is_batch_ready_at_last_submit,
 )
-from ..errors import (
-    ApprovalMismatchError,
-    ErrorCode,
-    HelixError,
-    InvalidResultError,
-    PayloadTooLargeError,
-    RequestValidationError,
-    RunSupersededError,
-    SessionNotFoundError,
-)
+from ..errors import ErrorCode, HelixError, RunSupersededError, SessionNotFoundError
 from ..observability import approval_metrics
-from ..observability.log import describe_issues, log_event
+from ..observability.log import log_event
 from ..store.store import NoChange, Prior, RetryTransaction, now_ms
 from . import names, notes
 from .batch_job import continue_batch
@@ -47,6 +34,7 @@ from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
 from .hibernation import mark_of, on_answer
 from .records import TurnMessage
+from .submission import MISSING, Submission, check_shape, measure_result_bytes, validated_response
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [
@@ -57,46 +45,6 @@ __all__ = [
     "submit",
     "wake_answered",
 ]
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-"""Marks an absent ``result`` (``None`` is a valid result)."""
-
-
-@dataclass(frozen=True)
-class Submission:
-    """One submit, as the Python API and the HTTP route receive it."""
-
-    session_id: str
-    tool_call_id: str
-    kind: Literal["client-tool-result", "approval-response"] = "client-tool-result"
-    result: Any = MISSING
-    error: str | None = None
-    approval_id: str | None = None
-    approved: bool | None = None
-    reason: str | None = None
-    edited_input: dict[str, Any] | None = None
-    shown_input: dict[str, Any] | None = None
-    """For approvals: the arguments the human saw; must match the call's digest."""
-
-
-def measure_result_bytes(result: Any) -> int:
-    """The UTF-8 byte length of the result's compact JSON (the submit size limit's measure).
-
-    Raises:
-        TypeError, ValueError: the result is not JSON (an object JSON cannot encode, NaN or
-            Infinity, text with a lone surrogate).
-    """
-    encoded = json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    if "\x00" in encoded or "\\u0000" in encoded:
-        # Postgres text and JSONB cannot hold NUL: such a result could never be stored.
-        raise ValueError("NUL character")
-    return len(encoded.encode("utf-8"))
 
 
 def _unknown(tool_call_id: str, reason: str | None = None) -> SubmitAnswer:
@@ -110,126 +58,6 @@ def _continuation(owner: SessionState, run_id: str) -> Continuation:
     if is_batch_ready_at_last_submit(batch):
         return Continuation(kind="new_run", run_id=names.next_run_id(run_id))
     return Continuation(kind="awaiting_batch")
-
-
-def _check(sub: Submission, ctx: RuntimeContext) -> None:
-    """Shape and size checks that need no read (nothing is read or stored before them).
-
-    A submitted ``error`` string and a denial's ``reason`` count against the result size limit
-    like a result does: each is stored, streamed and shown to the model.
-    """
-    if sub.kind == "client-tool-result":
-        if (sub.result is MISSING) == (sub.error is None):
-            raise RequestValidationError(
-                "The submit is not a valid client-tool answer or approval",
-                cause="result_or_error",
-            )
-        if sub.error is not None and "\x00" in sub.error:
-            raise RequestValidationError(
-                "The submit is not a valid client-tool answer or approval", cause="error_not_text"
-            )
-        if sub.error is None:
-            try:
-                size = measure_result_bytes(sub.result)
-            except (TypeError, ValueError):
-                # Not JSON: it could never be stored, so refuse it typed before any read.
-                raise RequestValidationError(
-                    "The submit is not a valid client-tool answer or approval",
-                    cause="result_not_json",
-                ) from None
-        else:
-            size = len(sub.error.encode("utf-8"))
-    elif sub.approval_id is None or sub.approved is None:
-        raise RequestValidationError(
-            "The submit is not a valid client-tool answer or approval", cause="approval_fields"
-        )
-    else:
-        size = len(sub.reason.encode("utf-8")) if sub.reason is not None else 0
-    limit = ctx.settings.max_result_bytes
-    if size > limit:
-        log_event(
-            "submit_tool_result.result_too_large",
-            sessionId=sub.session_id,
-            toolCallId=sub.tool_call_id,
-            sizeBytes=size,
-            limitBytes=limit,
-        )
-        raise PayloadTooLargeError("tool_result", limit, size)
-
-
-def _response(
-    sub: Submission,
-    entry: PendingCall,
-    ctx: RuntimeContext,
-    tool_input_model: Any,
-    output_model: Any,
-) -> dict[str, Any]:
-    """Validate the answer against the call and build what is stored on the entry."""
-    if sub.kind == "client-tool-result":
-        if entry.kind != "client":
-            raise RequestValidationError(
-                "This call awaits an approval-response, not a client-tool-result",
-                toolCallId=sub.tool_call_id,
-            )
-        if sub.error is not None:
-            return {"error": _scrub(ctx, sub.error)}
-        if output_model is not None:
-            try:
-                output_model.model_validate(sub.result)
-            except ValidationError as exc:
-                log_event(
-                    "client_tool.validation_failed",
-                    sessionId=sub.session_id,
-                    toolCallId=sub.tool_call_id,
-                    toolName=entry.tool_name,
-                    code=ErrorCode.INVALID_RESULT.value,
-                    # Where and why the result failed its schema; never the result itself.
-                    error=describe_issues(exc.errors(include_url=False, include_input=False)),
-                )
-                raise InvalidResultError(
-                    entry.tool_name, sub.tool_call_id, exc.errors(include_url=False)
-                ) from None
-        return {"result": sub.result}
-    if entry.kind != "approval":
-        raise RequestValidationError(
-            "This call awaits a client-tool-result, not an approval-response",
-            toolCallId=sub.tool_call_id,
-        )
-    if sub.approval_id != entry.approval_id:
-        raise ApprovalMismatchError(
-            "The approvalId does not match the pending approval", toolCallId=sub.tool_call_id
-        )
-    if (
-        sub.shown_input is not None
-        and args_digest(entry.tool_name, sub.shown_input) != entry.args_digest
-    ):
-        raise ApprovalMismatchError(
-            "The approval was given for other arguments than the call's",
-            toolCallId=sub.tool_call_id,
-        )
-    decision: dict[str, Any] = {"approved": bool(sub.approved)}
-    if sub.reason is not None:
-        decision["reason"] = _scrub(ctx, sub.reason)
-    if sub.edited_input is not None:
-        if not sub.approved:
-            raise RequestValidationError("Edited arguments come with an approval, not a denial")
-        try:
-            tool_input_model.model_validate(sub.edited_input)
-        except ValidationError:
-            # The edit failed the tool's INPUT schema: not an invalid (output) result.
-            raise RequestValidationError(
-                "The edited arguments failed the tool's input schema",
-                cause="edited_input",
-                toolName=entry.tool_name,
-                toolCallId=sub.tool_call_id,
-            ) from None
-        decision["editedInput"] = sub.edited_input
-    return decision
-
-
-def _scrub(ctx: RuntimeContext, text: str) -> str:
-    scrubber = ctx.scrubber
-    return scrubber(text) if callable(scrubber) else text
 
 
 async def precheck(ctx: RuntimeContext, sub: Submission) -> None:
@@ -248,7 +76,7 @@ async def precheck(ctx: RuntimeContext, sub: Submission) -> None:
 
 
 async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
-    _check(sub, ctx)
+    check_shape(sub, ctx)
     root = await ctx.store.load(sub.session_id)
     owner_id = root.ownership.get(sub.tool_call_id) if root is not None else None
     if root is None or owner_id is None:
@@ -259,7 +87,7 @@ async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
         return
     known = sub.error is None or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
-    _response(
+    validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
     )
 
@@ -327,7 +155,7 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
     # An error skips validation, so it needs no agent definition (the CLI's fail-call).
     known = sub.error is None or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
-    response = _response(
+    response = validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
     )
     at = now_ms()
@@ -357,22 +185,50 @@ async def submit(ctx: RuntimeContext, sub: Submission) -> SubmitAnswer:
 async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, str]:
     """Store one answer and wake the owning turn; see the module docstring for the order.
 
-    The root's row routes the call (the owner is the root itself unless a sub-agent made the
-    call, whose row is then locked and read); the answer is stored by compare-and-swap and its
-    wake-up message enlisted with it. The root is read once, unlocked, and the transaction
-    swaps from it (``store.Prior``): on the common path a submit is that read and one
-    statement, with no transaction around it.
-
     Returns the answer and the call's tool (empty when the call was not found).
     """
-    _check(sub, ctx)
-    store = ctx.store
-    tcid = sub.tool_call_id
-    enlist = ctx.client is not None
+    check_shape(sub, ctx)
+    # The root as it is now, unlocked: the transaction swaps from it, so a submit is this read
+    # and one statement. A row changed meanwhile (another answer of the batch) fails the swap,
+    # and the transaction runs again from the root's row locked.
+    root = await ctx.store.load(sub.session_id)
+    if root is None:
+        # No session, no call to answer (one created after this read has no call pending).
+        verdict = _Verdict("unknown", reason="root_state_not_found")
+    else:
+        verdict = await ctx.store.transact(_StoreAndWake(ctx, sub, root), lean=True)
+    if verdict.outcome == "accepted":
+        return await _accepted(ctx, sub, verdict)
+    if verdict.outcome == "duplicate":
+        assert verdict.owner is not None and verdict.entry is not None
+        return await _duplicate(ctx, verdict.owner, verdict.entry), verdict.entry.tool_name
+    return _not_accepted(sub, verdict)
 
-    def decide(states: dict[str, SessionState], owner_id: str) -> _Verdict:
+
+class _StoreAndWake:
+    """The submit's transaction: route the call by the root's row, store the answer on the
+    owner's entry by compare-and-swap, and enlist its wake-up message with it.
+
+    The root's row is routed from as read before the transaction (``store.Prior``): on the
+    common path a submit is that read and one statement, with no transaction around it. A
+    sub-agent's call locks and reads the owner's row next. The answer and its wake-up commit
+    together: no window where one exists without the other. The message carries the
+    answer's time, so the woken turn knows which answer to wait for
+    (``steps.await_visible``).
+    """
+
+    __slots__ = ("_ctx", "_enlist", "_prior", "_sub")
+
+    def __init__(self, ctx: RuntimeContext, sub: Submission, root: SessionState) -> None:
+        self._ctx = ctx
+        self._sub = sub
+        self._prior = Prior(root)
+        self._enlist = ctx.client is not None
+
+    def _decide(self, states: dict[str, SessionState], owner_id: str) -> _Verdict:
+        """Store the answer on ``owner_id``'s row (a pure mutation: it may run again)."""
         owner = states[owner_id]
-        verdict = _store_answer(sub, ctx, owner)
+        verdict = _store_answer(self._sub, self._ctx, owner)
         if verdict.outcome != "accepted":
             raise NoChange(verdict)
         assert verdict.entry is not None
@@ -381,81 +237,81 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
         on_answer(owner, run_id, _continuation(owner, run_id).kind == "new_run")
         return verdict
 
-    async def store_and_send(conn: Any) -> _Verdict:
-        # The answer and its wake-up message commit together: no window where one exists
-        # without the other. The message carries the answer's time, so the woken turn knows
-        # which answer to wait for (see ``steps.await_visible``).
-        nonlocal enlist
+    def _at_root(self, states: dict[str, SessionState]) -> _Verdict | str:
+        routed = _route(self._sub, states[self._sub.session_id])
+        if isinstance(routed, _Verdict):
+            raise NoChange(routed)
+        if routed != self._sub.session_id:
+            raise NoChange(routed)  # a sub-agent's call: its row is locked next
+        return self._decide(states, routed)
 
-        def at_root(states: dict[str, SessionState]) -> _Verdict | str:
-            routed = _route(sub, states[sub.session_id])
-            if isinstance(routed, _Verdict):
-                raise NoChange(routed)
-            if routed != sub.session_id:
-                raise NoChange(routed)  # a sub-agent's call: its row is locked next
-            return decide(states, routed)
-
+    async def _store(self, conn: Any) -> tuple[dict[str, SessionState], _Verdict]:
+        """The rows as saved and the verdict of the answer on its owner's entry."""
+        store = self._ctx.store
         try:
-            saved, routed = await store.update([sub.session_id], at_root, conn=conn, prior=prior)
-            if isinstance(routed, str):
-                owner_id = routed
-
-                def at_owner(states: dict[str, SessionState]) -> _Verdict:
-                    return decide(states, owner_id)
-
-                saved, verdict = await store.update([owner_id], at_owner, conn=conn)
-            else:
-                verdict = routed
+            saved, routed = await store.update(
+                [self._sub.session_id], self._at_root, conn=conn, prior=self._prior
+            )
+            if not isinstance(routed, str):
+                return saved, routed
+            owner_id = routed
+            return await store.update(
+                [owner_id], lambda states: self._decide(states, owner_id), conn=conn
+            )
         except SessionNotFoundError as missing:
             reason = (
                 "root_state_not_found"
-                if missing.details.get("sessionId") == sub.session_id
+                if missing.details.get("sessionId") == self._sub.session_id
                 else "ownership_missing_toolcall"
             )
-            return _Verdict("unknown", reason=reason)
+            return {}, _Verdict("unknown", reason=reason)
+
+    async def __call__(self, conn: Any) -> _Verdict:
+        saved, verdict = await self._store(conn)
         if verdict.outcome != "accepted":
             return verdict
         assert verdict.owner is not None and verdict.entry is not None
         owner = saved[verdict.owner.session_id]
+        tcid = self._sub.tool_call_id
         # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
-        rows = notes.answer_rows(owner, owner.pending[tcid], verdict.at)
-        await notes.write(conn, rows, in_commit=False)
-        sent = "skipped"
-        if mark_of(owner) is not None:
-            sent = "hibernated"  # no workflow waits: the continuation starts after the commit
-        elif owner.workflow_id is not None:
-            if not enlist:
-                sent = "failed" if ctx.client is not None else "unavailable"
-            else:
-                try:
-                    await send_in_transaction(
-                        ctx,
-                        conn,
-                        owner.workflow_id,
-                        _answer_message(tcid, verdict.at),
-                        names.tool_result_topic(tcid),
-                        names.submit_idempotency_key(verdict.entry.run_id, tcid),
-                        sessionId=owner.session_id,
-                        runId=verdict.entry.run_id,
-                    )
-                except SendNotEnlisted:
-                    # Run the whole transaction again without it; the send follows the commit.
-                    enlist = False
-                    raise RetryTransaction("the wake-up could not be enlisted", 0.0) from None
-                sent = "sent"
+        await notes.write(
+            conn, notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
+        )
+        sent = await self._wake(conn, owner, verdict)
         return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
 
-    # The root as it is now, unlocked: the transaction swaps from it, so a submit is this read
-    # and one statement. A row changed meanwhile (another answer of the batch) fails the swap,
-    # and the transaction runs again from the root's row locked.
-    root = await store.load(sub.session_id)
-    if root is None:
-        # No session, no call to answer (one created after this read has no call pending).
-        verdict = _Verdict("unknown", reason="root_state_not_found")
-    else:
-        prior = Prior(root)
-        verdict = await store.transact(store_and_send, lean=True)
-    owner, entry = verdict.owner, verdict.entry
+    async def _wake(self, conn: Any, owner: SessionState, verdict: _Verdict) -> str:
+        """Enlist the answer's wake-up in the transaction; how it went (``_Verdict.sent``)."""
+        if mark_of(owner) is not None:
+            return "hibernated"  # no workflow waits: the continuation starts after the commit
+        if owner.workflow_id is None:
+            return "skipped"
+        if not self._enlist:
+            return "failed" if self._ctx.client is not None else "unavailable"
+        assert verdict.entry is not None
+        tcid = self._sub.tool_call_id
+        try:
+            await send_in_transaction(
+                self._ctx,
+                conn,
+                owner.workflow_id,
+                _answer_message(tcid, verdict.at),
+                names.tool_result_topic(tcid),
+                names.submit_idempotency_key(verdict.entry.run_id, tcid),
+                sessionId=owner.session_id,
+                runId=verdict.entry.run_id,
+            )
+        except SendNotEnlisted:
+            # Run the whole transaction again without it; the send follows the commit.
+            self._enlist = False
+            raise RetryTransaction("the wake-up could not be enlisted", 0.0) from None
+        return "sent"
+
+
+def _not_accepted(sub: Submission, verdict: _Verdict) -> tuple[SubmitAnswer, str]:
+    """The answer to a submit that stored nothing and found no stored answer: unknown, a
+    tombstone's, or late."""
+    tcid = sub.tool_call_id
     if verdict.outcome == "unknown":
         log_event(
             "client_tool.submit_unknown",
@@ -476,24 +332,30 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
             tool_call_id=tcid,
         )
         return answered, ""
+    entry = verdict.entry
+    assert entry is not None and verdict.outcome == "lapsed"
+    late = _late(
+        sub,
+        entry.run_id,
+        toolName=entry.tool_name,
+        deadlineAt=entry.deadline_at,
+        submittedAt=verdict.at,
+    )
+    return late, entry.tool_name
+
+
+async def _accepted(
+    ctx: RuntimeContext, sub: Submission, verdict: _Verdict
+) -> tuple[SubmitAnswer, str]:
+    """After the answer committed: log it, start what it caused, and say what that is."""
+    owner, entry = verdict.owner, verdict.entry
     assert owner is not None and entry is not None
-    if verdict.outcome == "lapsed":
-        late = _late(
-            sub,
-            entry.run_id,
-            toolName=entry.tool_name,
-            deadlineAt=entry.deadline_at,
-            submittedAt=verdict.at,
-        )
-        return late, entry.tool_name
-    if verdict.outcome == "duplicate":
-        return await _duplicate(ctx, owner, entry), entry.tool_name
     log_event(
         "client_tool.submitted",
         sessionId=sub.session_id,
         ownerSessionId=owner.session_id,
         runId=entry.run_id,
-        toolCallId=tcid,
+        toolCallId=sub.tool_call_id,
         toolName=entry.tool_name,
         hasError="error" in (entry.response or {}),
         kind=entry.kind,
@@ -508,14 +370,14 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
             # The batch is complete: if its turn parked here on client calls, run the batch's
             # job now, while DBOS hands the turn its wake-up (``batch_job``).
             ctx.batch_jobs.start(owner.workflow_id, continue_batch)
-        wake_local(owner.workflow_id, names.tool_result_topic(tcid))
+        wake_local(owner.workflow_id, names.tool_result_topic(sub.tool_call_id))
     elif verdict.sent in ("unavailable", "failed"):
         # The answer is stored; its wake-up could not ride in the transaction: send it now.
         await wake_answered(ctx, owner, entry)
     accepted = SubmitAnswer(
         status="accepted",
         continuation=continuation,
-        tool_call_id=tcid,
+        tool_call_id=sub.tool_call_id,
         owner_workflow_id=owner.workflow_id,
         continued_here=continued_here,
     )

@@ -7,44 +7,61 @@ Replay and crash behaviour, at each await:
 * ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
 
 These three are the workflow's own code, recorded by their checkpoints (layouts 2 and 3,
-``names.TURN_LAYOUT``); a contract-1 turn (layout 1) ends failed and retryable (``_retired``).
-A turn's first model step may run before its workflow does (started by its entry), and a
-batch's results commit and next model step while DBOS hands the turn its wake-up (the job a
-completing submit started, ``batch_job.py``): same code, same slots (``handover.py``).
-* ``DBOS.recv_async`` (parking): the deadline is absolute (DBOS's sleep step): a restart
-  re-arms with the time left; an answer sent while the process was down is taken at once.
-* ``run_server_tool`` and companion calls: recorded; an approved tool runs once.
-* child workflows (sub-agents) have deterministic ids: a replay re-attaches to the child.
+``names.TURN_LAYOUT``). A turn recorded by contract-1 (layout 1, where they were DBOS steps)
+is no longer replayed: it ends failed, typed and retryable (``_Turn._retired``). A turn's
+first model step may run before its workflow does
+(started by its entry), and a batch's results commit and the next model step may run while
+DBOS hands the turn its wake-up (the batch's job, ``batch_job.py``, started by the submit that
+completed the batch): the same code under the same slots, joined by the turn
+(``handover.py``).
+* ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
+  a restart re-arms with the remaining time; an answer sent while the process was down is
+  buffered and consumed at once.
+* ``run_server_tool``: recorded; an approved tool runs once.
+* child workflows (sub-agents) have deterministic ids, so a replay re-attaches to the child.
 
 The body holds no clock reads that change control flow, no I/O and no randomness.
 
-Fencing: every commit is guarded by the session's run and status (``store.guard``). A step
-that finds its run stopped or superseded writes nothing and returns ``{"fenced": reason}``;
-the turn ends at once, ``outcome: "stopped"``. Database faults are waited out (``patience``).
+Fencing: every commit is guarded by the session's run and status (``store.guard``). When a
+step finds its run stopped (an interrupt, an abort) or superseded, it writes nothing and
+returns ``{"fenced": reason}``; the turn then ends at once with no further writes, and its
+workflow result says ``outcome: "stopped"``.
+
+Database faults inside the turn are waited out (``store.patience(None)``): the turn pauses
+until the database is back, it never fails because of one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, cast
 
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS
 from dbos import error as dbos_error
 
 from ..core.agents import Agent
 from ..errors import HelixError
-from ..observability import tracing
 from ..observability.log import log_event
 from ..store.store import patience
 from . import hibernation, names, steps
 from .batch_job import continue_batch, finishing, wait_ms
+from .children import run_child
 from .companion_wake import after_turn
 from .context import current, workflow_task
-from .entry import start_child_session
 from .failure import internal_error, turn_error
-from .handover import EntryInputs, FirstStep, ParkedBatch, detached
-from .once import FENCED
+from .handover import EntryInputs, FirstStep, ParkedBatch
+from .model_step import model_answer
+from .outcomes import (
+    Ending,
+    Stopped,
+    check_fence,
+    completed,
+    ids,
+    new_summary,
+    outcome_of,
+    stopped_outcome,
+)
+from .park import park
 from .plan import SUSPENDING_KINDS
 from .records import (
     CHILD_ENDS_KEY,
@@ -53,72 +70,30 @@ from .records import (
     ModelStepResult,
     PlanItem,
     ServerToolResult,
-    ToolCallRef,
     ToolResult,
     TurnError,
     TurnOutcome,
-    TurnSummary,
     WokenAnswers,
-    child_run_id,
 )
-from .resolve import resolve_call
+from .resolve import child_result, resolve_call
+from .server_tool import run_server_tool
 
-__all__ = ["run_turn", "start_first_step", "stopped_outcome"]
-
-R = TypeVar("R")
-
-Ending = Literal["completed", "failed"]
-"""How a turn that was not stopped ends."""
+__all__ = ["run_turn"]
 
 
 @DBOS.workflow(name=names.TURN_WORKFLOW)
 async def run_turn(
     session_id: str, turn_id: str, agent_type: str, root_session_id: str, layout: int = 1
 ) -> TurnOutcome:
-    """Run one turn of ``session_id`` (its entry is committed) in step ``layout``
-    (``names.TURN_LAYOUT``; a turn recorded before the argument replays in layout 1)."""
+    """Run one turn of ``session_id`` (its entry message is already committed).
+
+    ``layout`` is the step layout the turn records (``names.TURN_LAYOUT``); a turn recorded
+    before it was an argument replays in layout 1, the default.
+    """
     with patience(None), workflow_task():
         outcome = await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
-        await after_turn(session_id, agent_type, outcome)  # replies kept while it ran
+        await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
         return outcome
-
-
-def start_first_step(
-    workflow_id: str,
-    session_id: str,
-    turn_id: str,
-    agent_type: str,
-    root_session_id: str,
-    entry: EntryInputs,
-) -> FirstStep | EntryInputs:
-    """Start the first model step of a turn from its committed ``entry``, before its
-    workflow runs (``handover``): the step ``_Turn`` would run first, under its
-    checkpoint slot, waiting out database faults as the turn does.
-
-    A process recording layout 1 (contract-1, as tests simulate it) ran the step as a DBOS
-    step inside its workflow: there ``entry`` is handed over as it is.
-    """
-    if names.TURN_LAYOUT < 2:
-        return entry
-
-    async def first_step() -> ModelStepResult | FencedResult:
-        with patience(None):
-            return await steps.model_answer(
-                names.turn_slot(workflow_id, turn_id, 0, "model"),
-                session_id,
-                root_session_id,
-                turn_id,
-                agent_type,
-                0,
-                _new_summary(),
-                entry=entry,
-            )
-
-    return detached(first_step())  # nobody takes it if the start failed
-
-
-def _new_summary() -> TurnSummary:
-    return {"steps": 0, "clientCalls": 0, "waitMs": 0, "inputTokens": 0, "outputTokens": 0}
 
 
 RETIRED_MESSAGE = (
@@ -126,10 +101,6 @@ RETIRED_MESSAGE = (
     "retry the session to run it again"
 )
 """The error message of a turn recorded by contract-1 (``_Turn._retired``)."""
-
-
-class _Stopped(Exception):
-    """A step found the turn's run stopped or superseded: end now, writing nothing more."""
 
 
 class _Turn:
@@ -167,7 +138,7 @@ class _Turn:
         """What the next model step starts from, when this process has it: the step itself,
         started as the entry committed (``handover``) or by the last batch's job
         (``batch_job``), or the entry's inputs."""
-        self.summary = _new_summary()
+        self.summary = new_summary()
         self.resume: tuple[int, list[PlanItem], dict[str, ToolResult], str | None] | None = None
         """Set on a turn taken up after it hibernated: the step whose batch it settles
         first, that step's plan, the results known before its park, and the call whose
@@ -215,14 +186,14 @@ class _Turn:
                 # A retryable provider error that kept failing: fail typed with the last one.
                 last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
                 return await self._fail(last or internal_error(), exc)
-            except _Stopped:
+            except Stopped:
                 raise
             except Exception as exc:
                 # Anything else (an adapter bug, a tool-less crash): the turn ends failed and
                 # typed, so the session never stays "running" with no workflow behind it.
                 # DBOS's own cancellation is a BaseException and passes through.
                 return await self._fail(internal_error(), exc)
-        except _Stopped:
+        except Stopped:
             return stopped_outcome(self.run_id)
         finally:
             # A step started for this turn that it ended (or was cancelled) before taking.
@@ -239,7 +210,7 @@ class _Turn:
         error["message"] = RETIRED_MESSAGE
         try:
             return await self._finish("failed", "", error)
-        except _Stopped:
+        except Stopped:
             return stopped_outcome(self.run_id)
 
     def _error(self, exc: BaseException | None, code: str, retryable: bool = False) -> TurnError:
@@ -270,7 +241,7 @@ class _Turn:
         entry, self.entry = self.entry, None  # handed over to one step only
         if isinstance(entry, asyncio.Task):
             return cast("ModelStepResult | FencedResult", await entry)
-        return await steps.model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
+        return await model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
 
     async def _step(
         self,
@@ -281,29 +252,62 @@ class _Turn:
         results so far and the call whose sub-agent ended, for a turn taken up after it
         hibernated waiting on that sub-agent: the rest of the step's tools run now."""
         if taken is None:
-            committed = _check_fence(await self._model(step))
+            committed = check_fence(await self._model(step))
             plan, deadlines = committed["plan"], committed["deadlines"]
-            # Read from the recorded JSON, not a model object: nothing of the response stays
-            # alive while the turn is parked (a parked turn's memory is its coroutine's locals).
-            response = committed["response"]
-            usage = response.get("usage") or {}
-            self.summary["steps"] += 1
-            self.summary["inputTokens"] += int(usage.get("input_tokens", 0))
-            self.summary["outputTokens"] += int(usage.get("output_tokens", 0))
-            if not response.get("tool_calls"):
-                # The final answer's commit also recorded the turn's end (one transaction).
-                text = str(response.get("text", ""))
-                return _outcome("completed", text, None, None, self.run_id)
-            del committed, response, usage
+            reply = self._counted(committed["response"])
+            if reply is not None:
+                return reply
+            del committed
             results: dict[str, ToolResult] = {}
         else:
-            plan, results, child = taken
+            plan, results, deadlines = await self._taken_up(taken)
             del taken
-            deadlines, ended = await self._taken_up(child)
-            item = next(i for i in plan if i["toolCallId"] == child)
-            results[child] = _completed(_ids(item), _child_result(ended))
-            del ended
+        hibernated = await self._run_tools(step, plan, results)
+        if hibernated is not None:
+            return hibernated
+        suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
+        woken: WokenAnswers = {}
+        if suspending:
+            self.summary["clientCalls"] += len(suspending)
+            # A batch of client calls alone can be continued by the submit that completes it
+            # (``batch_job``); an approved call's tool runs here, as a DBOS step. Not on
+            # SQLite: it takes one writer at a time, so the early commit would only contend
+            # with DBOS's consume of the wake-up (and a read that then writes fails at once).
+            early = current().store.dialect == "postgresql" and all(
+                i["kind"] != "approval" for i in suspending
+            )
+            batch = self._batch(step, plan, results) if early else None
+            # Parked here, with no frame of its own: a parked turn's memory is its stack.
+            woken, waiting = await park(
+                self.session_id, self.run_id, suspending, deadlines, batch, self._hot_window()
+            )
+            del batch
+            if waiting:
+                # The hot window (or a deadline) ended the wait with calls unanswered.
+                decided = await self._hibernate(step, plan, results, None)
+                if decided["hibernated"]:
+                    return self._hibernated(None)
+        return await self._settle(step, plan, results, woken)
 
+    def _counted(self, response: dict[str, Any]) -> TurnOutcome | None:
+        """Count a committed model answer in the summary; the turn's outcome if it was the
+        final reply (whose commit also recorded the turn's end, in one transaction).
+
+        Read from the recorded JSON, not a model object: nothing of the response stays alive
+        while the turn is parked (a parked turn's memory is its coroutine's locals)."""
+        usage = response.get("usage") or {}
+        self.summary["steps"] += 1
+        self.summary["inputTokens"] += int(usage.get("input_tokens", 0))
+        self.summary["outputTokens"] += int(usage.get("output_tokens", 0))
+        if response.get("tool_calls"):
+            return None
+        return outcome_of("completed", str(response.get("text", "")), None, None, self.run_id)
+
+    async def _run_tools(
+        self, step: int, plan: list[PlanItem], results: dict[str, ToolResult]
+    ) -> TurnOutcome | None:
+        """Run the step's tools that are not suspending calls, into ``results``; the turn's
+        outcome if it hibernated waiting on a sub-agent."""
         for item in plan:
             if item["toolCallId"] in results:
                 continue  # ran before the turn hibernated waiting on a sub-agent
@@ -316,7 +320,7 @@ class _Turn:
                     "errorCode": "validation_failed",
                 }
             elif item["kind"] in ("server", "companion"):
-                results[item["toolCallId"]] = _completed(_ids(item), await self._tool(item))
+                results[item["toolCallId"]] = completed(ids(item), await self._tool(item))
             elif item["kind"] == "subagent":
                 ran = await self._run_child(item)
                 if ran is None:
@@ -324,29 +328,9 @@ class _Turn:
                     decided = await self._hibernate(step, plan, results, item["toolCallId"])
                     if decided["hibernated"]:
                         return self._hibernated(item["toolCallId"])
-                    ran = _child_result(decided["childOutcome"])
-                results[item["toolCallId"]] = _completed(_ids(item), ran)
-        suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
-        woken: WokenAnswers = {}
-        if suspending:
-            self.summary["clientCalls"] += len(suspending)
-            # A batch of client calls alone can be continued by the submit that completes it
-            # (``batch_job``); an approved call's tool runs here, as a DBOS step. Not on
-            # SQLite: it takes one writer at a time, so the early commit would only contend
-            # with DBOS's consume of the wake-up (and a read that then writes fails at once).
-            early = current().store.dialect == "postgresql" and all(
-                i["kind"] != "approval" for i in suspending
-            )
-            window = self._hot_window()
-            woken, waiting = await self._park(
-                suspending, deadlines, self._batch(step, plan, results) if early else None, window
-            )
-            if waiting:
-                # The hot window (or a deadline) ended the wait with calls unanswered.
-                decided = await self._hibernate(step, plan, results, None)
-                if decided["hibernated"]:
-                    return self._hibernated(None)
-        return await self._settle(step, plan, results, woken)
+                    ran = child_result(decided["childOutcome"])
+                results[item["toolCallId"]] = completed(ids(item), ran)
+        return None
 
     def _hot_window(self) -> float | None:
         """This turn's hot window, if its park may hibernate: a turn recorded in layout 3."""
@@ -363,7 +347,7 @@ class _Turn:
     ) -> HibernationRecord:
         """The hibernate commit of ``step``'s batch (or of its wait on the sub-agent of
         ``child``): hibernated, or what the turn goes on with live."""
-        return _check_fence(
+        return check_fence(
             await hibernation.hibernate(
                 self.session_id,
                 self.run_id,
@@ -378,18 +362,22 @@ class _Turn:
 
     def _hibernated(self, child: str | None) -> TurnOutcome:
         """The outcome of a turn that hibernated (waiting on the sub-agent of ``child``)."""
-        outcome = _outcome("hibernated", "", None, None, self.run_id)
+        outcome = outcome_of("hibernated", "", None, None, self.run_id)
         if child is not None:
             outcome["continueAs"] = names.continuation_workflow_id(
                 self.session_id, self.run_id, child
             )
         return outcome
 
-    async def _taken_up(self, call: str) -> tuple[dict[str, int], TurnOutcome]:
-        """For a turn taken up after it waited on the sub-agent of ``call``, from one read of
-        its row: the deadlines of the run's pending calls, and the outcome the sub-agent
-        reported (``hibernation.child_ended``). A replay after the results commit finds no
-        outcome: that commit's recorded result is taken then, whatever this says."""
+    async def _taken_up(
+        self, taken: tuple[list[PlanItem], dict[str, ToolResult], str]
+    ) -> tuple[list[PlanItem], dict[str, ToolResult], dict[str, int]]:
+        """For a turn taken up after it waited on a sub-agent (``taken``: the step's plan, its
+        results so far, and the call): the plan, the results with the sub-agent's, and the
+        deadlines of the run's pending calls, from one read of its row. The sub-agent's
+        outcome is the one it reported (``hibernation.child_ended``); a replay after the
+        results commit finds none, and that commit's recorded result is taken then."""
+        plan, results, call = taken
         state = await current().store.load(self.session_id)
         pending = state.pending.values() if state is not None else ()
         deadlines = {p.tool_call_id: p.deadline_at for p in pending if p.run_id == self.run_id}
@@ -397,8 +385,10 @@ class _Turn:
         if ended is None:
             error = self._error(None, "framework_turn_lost")
             error["message"] = "The sub-agent's end was not recorded"
-            return deadlines, _outcome("failed", "", None, error, self.run_id)
-        return deadlines, cast(TurnOutcome, ended)
+            ended = outcome_of("failed", "", None, error, self.run_id)
+        item = next(i for i in plan if i["toolCallId"] == call)
+        results[call] = completed(ids(item), child_result(cast(TurnOutcome, ended)))
+        return plan, results, deadlines
 
     async def _settle(
         self,
@@ -425,7 +415,7 @@ class _Turn:
         continued = await current().batch_jobs.run(batch, lambda b: continue_batch(b, woken))
         settled, self.entry = continued.settled, continued.next_step
         del continued
-        ordered = _check_fence(settled)["results"]
+        ordered = check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
         self.summary["waitMs"] += wait_ms(ordered)
         self.run_id = names.next_run_id(self.run_id) if batch.suspended else self.run_id
@@ -452,67 +442,10 @@ class _Turn:
             rebind=self.rebind,
         )
 
-    async def _park(
-        self,
-        suspending: list[PlanItem],
-        deadlines: dict[str, int],
-        batch: ParkedBatch | None = None,
-        window: float | None = None,
-    ) -> tuple[WokenAnswers, bool]:
-        """Wait until every call has an answer or its deadline has lapsed (or a new message,
-        or a stop). ``batch``: published while parked, if the submit completing the batch
-        may continue the turn (``batch_job``). ``window``: the hot window, if
-        the turn may hibernate: then a wait that times out (the window's end or a deadline)
-        stops the park, and the hibernate commit decides on the row.
-
-        Returns the calls woken with an answer, each with the answer's time (the commit waits
-        until those answers are visible to it), and whether a wait timed out with a window.
-        """
-        _forget_inputs(suspending)
-        ctx = current()
-        parked = ctx.parked
-        workflow_id = DBOS.workflow_id or ""
-        parked.add(workflow_id)
-        if batch is not None:
-            ctx.batch_jobs.publish(batch)
-        woken: WokenAnswers = {}
-        # The clock only sizes the waits; DBOS records each absolute wake time, and a replay
-        # takes each wait's recorded outcome whatever the sizes are now.
-        hot_until = None if window is None else time.time() + window
-        try:
-            for item in suspending:
-                remaining = deadlines[item["toolCallId"]] / 1000 - time.time()
-                if hot_until is not None:
-                    remaining = min(remaining, hot_until - time.time())
-                with tracing.client_tool_wait_span(
-                    tool_name=item["toolName"],
-                    tool_call_id=item["toolCallId"],
-                    session_id=self.session_id,
-                    run_id=self.run_id,
-                    deadline_at=deadlines[item["toolCallId"]],
-                    kind=item["kind"],
-                ) as span:
-                    message = await DBOS.recv_async(
-                        names.tool_result_topic(item["toolCallId"]),
-                        timeout_seconds=max(0.0, remaining),
-                    )
-                    span.set_outcome(tracing.wait_outcome(message))
-                if message is None and hot_until is not None:
-                    return woken, True
-                kind = message.get("kind") if isinstance(message, dict) else None
-                if kind == "answer":
-                    woken[item["toolCallId"]] = int(message.get("submittedAt") or 0)
-                elif kind in ("abandon", "stop"):
-                    break
-        finally:
-            parked.discard(workflow_id)
-            ctx.batch_jobs.withdraw(workflow_id)
-        return woken, False
-
     async def _tool(self, item: PlanItem) -> ServerToolResult:
         """A server tool's result, or a companion call's (``companions.py``, a step too)."""
         if item["kind"] == "server":
-            return await steps.run_server_tool(self.agent_type, item["toolName"], item["input"])
+            return await run_server_tool(self.agent_type, item["toolName"], item["input"])
         from .companions import run_companion_tool  # it imports persistent, which imports us
 
         args = (self.session_id, self.run_id, self.root_session_id, self.agent_type)
@@ -525,55 +458,18 @@ class _Turn:
         result = resolve_call(item, entry, abandon)
         run_input = result.pop("runInput", None)
         if run_input is not None:
-            ran = await steps.run_server_tool(self.agent_type, item["toolName"], run_input)
-            result = _completed(result, ran)
+            ran = await run_server_tool(self.agent_type, item["toolName"], run_input)
+            result = completed(result, ran)
         return result
 
     async def _run_child(self, item: PlanItem) -> ServerToolResult | None:
-        """Run a sub-agent as a child workflow with its own session; its reply is the result
-        (``None``: the sub-agent's turn hibernated, and goes on in its continuation)."""
-        child_agent = item["subagent"]
-        child_session = names.child_session_id(self.session_id, item["toolCallId"])
-        child_turn = child_run_id(item["toolCallId"])
-        started = await start_child_session(
-            child_session,
-            child_turn,
-            child_agent,
-            self.root_session_id,
-            self.session_id,
-            self.run_id,
-            str(item["input"].get("message", "")),
-        )
-        _check_fence(started)
-        with SetWorkflowID(names.turn_workflow_id(child_session, child_turn)):
-            handle = await DBOS.start_workflow_async(
-                run_turn,
-                child_session,
-                child_turn,
-                child_agent,
-                self.root_session_id,
-                layout=names.TURN_LAYOUT,
-            )
-        try:
-            outcome: TurnOutcome = await handle.get_result()
-        except dbos_error.DBOSAwaitedWorkflowCancelledError:
-            # The child alone was interrupted or aborted: the parent reads a failed result and
-            # goes on. (When the parent is stopped too, its next step refuses to run.) DBOS
-            # records the awaited error, so a replay takes this same branch.
-            return {
-                "ok": False,
-                "error": "The sub-agent was stopped before it finished.",
-                "errorCode": "aborted",
-            }
-        if outcome.get("outcome") == "hibernated":
-            return None
-        return _child_result(outcome)
+        return await run_child(self.session_id, self.run_id, self.root_session_id, item, run_turn)
 
     async def _finish(
         self, outcome: Ending, text: str, error: TurnError | None, output: Any = None
     ) -> TurnOutcome:
         args = (self.session_id, self.run_id, outcome, text, error, self.summary)
-        _check_fence(
+        check_fence(
             await steps.finish_turn.direct(self._slot(-1, "finish"), *args, self.root_session_id)
         )
         log_event(
@@ -583,67 +479,4 @@ class _Turn:
             outcome=outcome,
             **self.summary,
         )
-        return _outcome(outcome, text, output, error, self.run_id)
-
-
-def _child_result(outcome: TurnOutcome) -> ServerToolResult:
-    """A sub-agent call's result from the sub-agent's turn outcome."""
-    if outcome.get("outcome") == "completed":
-        return {
-            "ok": True,
-            "result": {"text": outcome.get("text", ""), "output": outcome.get("output")},
-        }
-    if outcome.get("outcome") == "stopped":
-        return {
-            "ok": False,
-            "error": "The sub-agent was stopped before it finished.",
-            "errorCode": "aborted",
-        }
-    error: TurnError | dict[str, Any] = outcome.get("error") or {}
-    return {
-        "ok": False,
-        "error": f"The sub-agent failed: {error.get('message', '')}",
-        "errorCode": error.get("code", "tool_execution_failed"),
-    }
-
-
-def _check_fence(committed: R | FencedResult) -> R:
-    """A step's result; ends the turn when the step found its run stopped or superseded."""
-    # A step recorded by 0.1 (a replayed parked turn) may have returned None.
-    if isinstance(committed, dict) and FENCED in committed:
-        raise _Stopped(committed[FENCED])
-    return committed
-
-
-def stopped_outcome(run_id: str) -> TurnOutcome:
-    """The outcome of a turn that ended writing nothing more (stopped, superseded)."""
-    return _outcome("stopped", "", None, None, run_id)
-
-
-def _outcome(
-    outcome: Ending | Literal["stopped", "hibernated"],
-    text: str,
-    output: Any,
-    error: TurnError | None,
-    run_id: str,
-) -> TurnOutcome:
-    """The workflow's result (a sub-agent's parent reads it as the tool result)."""
-    return {"outcome": outcome, "text": text, "output": output, "error": error, "runId": run_id}
-
-
-def _forget_inputs(items: list[PlanItem]) -> None:
-    """Drop the parked calls' inputs from their plan items (in place): an input can be
-    large and a parked turn should hold little. After the park nothing reads it from the plan:
-    its pending entry (committed with the model's answer) holds it for an approved call."""
-    for item in items:
-        cast(dict[str, Any], item).pop("input", None)
-
-
-def _ids(item: ToolCallRef) -> ToolCallRef:
-    return {"toolCallId": item["toolCallId"], "toolName": item["toolName"]}
-
-
-def _completed(result: ToolCallRef, ran: ServerToolResult) -> ToolResult:
-    """A call's result completed by what its tool (or sub-agent) returned, which wins."""
-    # The ids and the tool's ``ok`` make a ToolResult; TypedDict merging cannot say so.
-    return cast(ToolResult, {**result, **ran})
+        return outcome_of(outcome, text, output, error, self.run_id)

@@ -25,7 +25,6 @@ from ..core.session import SessionState
 from . import row as session_row
 from .schema import HIBERNATED_DUE, HIBERNATED_DUE_INDEX, HIBERNATED_ROW, states
 from .store import NoChange, SessionStore
-from .store import _state_from_row as state_from_row
 
 __all__ = [
     "DUE_INDEX",
@@ -149,4 +148,4 @@ async def touched_hibernated(
         .limit(limit)
     )
     async with store.engine.connect() as conn:
-        return [state_from_row(r) for r in (await conn.execute(query)).all()]
+        return [session_row.decode(r._mapping) for r in (await conn.execute(query)).all()]

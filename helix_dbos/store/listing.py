@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..core.session import SessionState
+from . import row as session_row
 from .schema import states
-from .store import SessionStore, _state_from_row
+from .store import SessionStore
 
 __all__ = ["ListedSession", "recent_sessions"]
 
@@ -42,5 +43,6 @@ async def recent_sessions(
     async with store.transaction() as conn:
         rows = (await conn.execute(query)).all()
     return [
-        ListedSession(_state_from_row(r), _aware(r.created_at), _aware(r.updated_at)) for r in rows
+        ListedSession(session_row.decode(r._mapping), _aware(r.created_at), _aware(r.updated_at))
+        for r in rows
     ]

@@ -2,9 +2,10 @@
 
 Every statement that reads or writes a whole session row is built from ``COLUMNS``: the
 driver's SELECT list and its positional decoding (``pg.py``), the batch's record types
-(``batch.py``), SQLAlchemy's bind parameters and its decoding by name (``store.py``). A column
-added to the table (``schema.py``, with its migration) is added here once, and
-``tests/store/test_row.py`` fails while the two disagree.
+(``batch.py``), SQLAlchemy's bind parameters (``sessions.py``) and its decoding by name
+(``sqlite_paths.py``, ``listing.py``, ``hibernated.py``). A column added to the table
+(``schema.py``, with its migration) is added here once, and ``tests/store/test_row.py`` fails
+while the two disagree.
 """
 
 from __future__ import annotations

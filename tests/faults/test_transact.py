@@ -11,12 +11,13 @@ from helix_dbos.store.store import SessionStore
 from tests.store.store_builders import session
 
 
-async def test_a_transaction_cut_by_a_dropped_connection_runs_again_whole(pg_url: str) -> None:
+async def test_a_transaction_cut_by_a_dropped_connection_runs_again_whole(cluster_url: str) -> None:
     """The server drops the connection in the middle of the transaction (its backend is
-    terminated after the row was written): nothing of that attempt commits, the whole body runs
-    again on a new connection, and its write lands exactly once."""
-    upgrade(pg_url)
-    store = SessionStore.from_url(pg_url)
+    terminated after the body's update, which is still queued then: ``test_transact_commit.py``
+    cuts a transaction after its queue was sent): nothing of that attempt commits, the whole
+    body runs again on a new connection, and its write lands exactly once."""
+    upgrade(cluster_url)
+    store = SessionStore.from_url(cluster_url)
     try:
         await store.create_session(session("s1"))
         attempts = 0

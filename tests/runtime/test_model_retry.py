@@ -11,7 +11,7 @@ import pytest
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import ProviderError
 from helix_dbos.llm.scripted import ScriptedLLM, reply
-from helix_dbos.runtime import steps
+from helix_dbos.runtime import model_step
 from helix_dbos.testing import capture_log_events
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -34,7 +34,7 @@ def _flaky(failures: int, retryable: bool) -> ScriptedLLM:
 
 @pytest.fixture(autouse=True)
 def _quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(steps, "MODEL_RETRY_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(model_step, "MODEL_RETRY_INTERVAL_SECONDS", 0.01)
 
 
 async def test_a_retryable_provider_error_is_retried_and_logged(
@@ -77,4 +77,4 @@ async def test_a_provider_that_keeps_failing_fails_typed_after_the_last_attempt(
     assert view["status"] == "failed"
     assert view["error"]["code"] == "provider_overloaded"
     assert view["error"]["retryable"] is True
-    assert llm.calls == steps.MODEL_ATTEMPTS
+    assert llm.calls == model_step.MODEL_ATTEMPTS

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from helix_dbos.core.session import CallKind
-from helix_dbos.runtime.records import ToolCallRef, ToolResult
-from helix_dbos.runtime.resolve import call_outcome, end_fields, resolve_call
+from helix_dbos.runtime.records import ToolCallRef, ToolResult, TurnOutcome
+from helix_dbos.runtime.resolve import call_outcome, child_result, end_fields, resolve_call
 from tests.support.builders import REGISTERED_AT, WAIT_MS, pending_call
 from tests.support.strategies import json_values
 
@@ -200,3 +200,21 @@ def test_every_resolution_has_a_known_outcome(
     assert ("ok" in result) != ("runInput" in result)
     assert call_outcome(result) in ("answered", "denied", "expired", "abandoned")
     assert result["waitMs"] >= 0
+
+
+def test_a_sub_agents_outcome_is_its_calls_result() -> None:
+    """Completed: its text and output; stopped: ``aborted``; failed: its error's code."""
+
+    def outcome(kind: Any, **fields: Any) -> TurnOutcome:
+        base: dict[str, Any] = {"runId": "r", "text": "", "output": None, "error": None}
+        return cast(TurnOutcome, {**base, "outcome": kind, **fields})
+
+    done = child_result(outcome("completed", text="hi", output={"a": 1}))
+    assert done == {"ok": True, "result": {"text": "hi", "output": {"a": 1}}}
+    assert child_result(outcome("stopped"))["errorCode"] == "aborted"
+    error: Any = {"code": "max_steps_exceeded", "message": "x"}
+    assert child_result(outcome("failed", error=error)) == {
+        "ok": False,
+        "error": "The sub-agent failed: x",
+        "errorCode": "max_steps_exceeded",
+    }

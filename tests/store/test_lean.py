@@ -134,3 +134,29 @@ async def test_a_cancelled_read_closes_only_its_own_connection(
         assert opened == ["connect"]
     finally:
         await pool.close()
+
+
+async def test_lean_statements_are_prepared_once_with_one_generic_plan(
+    migrated_pg_url: str,
+) -> None:
+    """A lean connection prepares a statement on its first use and keeps one generic plan
+    for it (planning each call anew cost a third of the batch's statement), and the URL's own
+    server options are kept beside that setting."""
+    url = migrated_pg_url + ("&" if "?" in migrated_pg_url else "?")
+    pool = pg.LeanPool(url + "options=-c%20statement_timeout%3D12345", 2)
+    try:
+        settings = await pool.fetch(
+            "SELECT current_setting('plan_cache_mode'), current_setting('statement_timeout')", ()
+        )
+        assert settings == [("force_generic_plan", "12345ms")]
+        async with pool.lease() as driver:
+            await driver.execute(
+                "SELECT session_id FROM __agents_states WHERE session_id = %s", ("x",)
+            )
+            cur = await driver.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ("%FROM __agents_states WHERE session_id = $1%",),
+            )
+            assert await cur.fetchone() == (1,)
+    finally:
+        await pool.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from helix_dbos.runtime import AgentRuntime, batch_job, handover, turn
+from helix_dbos.runtime import AgentRuntime, batch_job, first_step, handover
 
 #: How long ``settled`` waits: far beyond what the work needs (milliseconds, or a held model
 #: call once released), so a busy machine never fails a test and a stuck turn always does.
@@ -36,7 +36,7 @@ class InFlight:
             return task
 
         # Each module that starts detached work calls it by the name it imported.
-        for module in (handover, turn, batch_job):
+        for module in (handover, first_step, batch_job):
             monkeypatch.setattr(module, "detached", detached)
 
     def busy(self) -> list[str]:
