@@ -82,3 +82,23 @@ async def _pending(runtime: AgentRuntime, sid: str) -> Any:
 
 async def _idle(runtime: AgentRuntime, sid: str) -> bool:
     return (await runtime.session(sid)).status == "completed"
+
+
+async def test_a_reply_wakes_a_persistent_parent_through_its_inbox(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A persistent parent is woken like any other: the wake is a message to its own live
+    workflow (or starts one), and the woken turn reads the reply."""
+    lead = define_agent(
+        "lead",
+        llm=ScriptedLLM(lead_script, delay_seconds=0.5),
+        companions=[as_companion(reviewer_agent(), wake_parent=True)],
+        persistent=True,
+    )
+    runtime = await make_runtime([lead])
+    handle = await runtime.start("lead", "send reviewer: quick look")
+    await handle.result()
+    sid = handle.session_id
+    note = "[companion reviewer] reviewed: quick look"
+    await until(lambda: _last(runtime, sid, f"noted: {note}"))
+    assert (await runtime.session(sid)).workflow_id == handle.workflow_id  # its inbox took it
