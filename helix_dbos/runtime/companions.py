@@ -83,6 +83,8 @@ async def _send_step(
     companion: str,
     message: str,
 ) -> ServerToolResult:
+    """``companion__sendMessage`` (recorded): the delivery outcome as a successful result,
+    or ``aborted`` when the parent's run was stopped (nothing handed over)."""
     ctx = current()
     try:
         outcome = await send(
@@ -104,6 +106,8 @@ async def _send_step(
 
 @DBOS.step(name=names.COMPANION_OP_STEP)
 async def _op_step(session_id: str, agent_type: str, tool: str, companion: str) -> ServerToolResult:
+    """``companion__status`` or ``companion__end`` (recorded); an unknown name is a failed
+    result the model reads."""
     ctx = current()
     if ctx.registry.get(agent_type).companion(companion) is None:
         return _unknown(agent_type, companion)
@@ -116,6 +120,7 @@ async def _op_step(session_id: str, agent_type: str, tool: str, companion: str) 
 
 
 def _unknown(agent_type: str, companion: str) -> ServerToolResult:
+    """The failed result of a status read or end naming no declared companion."""
     return {
         "ok": False,
         "error": f"Agent {agent_type!r} has no companion named {companion!r}",
