@@ -11,6 +11,8 @@ the document is never touched then)::
     replace "old" with "new"      one edit per such phrase
     publish [document <id>]       publish afterwards (document id ``doc-1`` unless named);
                                   alone, publish the document as it is
+    review <anything>             ask the ``reviewer`` companion (docs/companions.md); its
+                                  reply comes back later and starts an editor turn
 
 For fault tests, ``HELIX_DEMO_MODEL_DELAY_MS`` makes each scripted model call take that many
 milliseconds (default 0), so a test can stop or kill the server while a model call runs.
@@ -24,13 +26,16 @@ import re
 from pydantic import BaseModel, Field
 
 from .core.agents import Agent, define_agent
+from .core.companions import as_companion
 from .core.llm import LLM, LLMRequest, LLMResponse
+from .core.markers import is_sub_agent_notification
 from .core.messages import Message
 from .core.tools import Tool, define_tool
 from .llm.scripted import ScriptedLLM, call, reply
 
 __all__ = [
     "EDITOR_AGENT",
+    "REVIEWER_AGENT",
     "MODEL_DELAY_ENV",
     "SERVED_STREAM_PAUSE_SECONDS",
     "UNDERSTOOD",
@@ -41,9 +46,13 @@ __all__ = [
     "PublishDocumentOutput",
     "demo_agents",
     "editor_agent",
+    "reviewer_agent",
+    "reviewer_script",
 ]
 
 EDITOR_AGENT = "editor"
+#: The editor's companion: a persistent agent it consults without waiting.
+REVIEWER_AGENT = "reviewer"
 #: Test-only: milliseconds each demo model call takes (a stand-in for a real model's latency).
 MODEL_DELAY_ENV = "HELIX_DEMO_MODEL_DELAY_MS"
 #: The pause between two streamed words of the served demo's replies (``helix-dbos serve``):
@@ -54,6 +63,7 @@ UNDERSTOOD = (
     "I did not understand that, so the document is unchanged. I understand:\n"
     '- replace "old" with "new" (one edit per phrase)\n'
     "- publish, or publish document my-doc (after your approval)\n"
+    "- review <anything>: I ask the reviewer, whose reply comes back later\n"
     'For example: replace "quikc" with "quick" and publish'
 )
 
@@ -61,6 +71,7 @@ _REPLACE = re.compile(
     r"""replace\s+(["'])(?P<old>.+?)\1\s+with\s+(["'])(?P<new>.*?)\3""", re.IGNORECASE
 )
 _PUBLISH = re.compile(r"\bpublish", re.IGNORECASE)
+_REVIEW = re.compile(r"^\s*review\b", re.IGNORECASE)
 _DOCUMENT = re.compile(r"\bdocument\s+(?P<id>[\w.-]+)", re.IGNORECASE)
 
 
@@ -140,7 +151,7 @@ def _publish_call(request: LLMRequest, user_text: str, text: str = "") -> LLMRes
 
 def _last_user_text(messages: list[Message]) -> str:
     for message in reversed(messages):
-        if message.role == "user":
+        if message.role == "user" and not is_sub_agent_notification(message):
             return message.content
     return ""
 
@@ -173,7 +184,11 @@ def _edit_outcome(result: Message) -> tuple[str, bool]:
 
 
 def _first_step(request: LLMRequest, user_text: str) -> LLMResponse:
-    """The answer to the user's message: edits, else a publication, else what it understands."""
+    """The answer to the user's message: edits, else a publication, else a review, else what
+    it understands."""
+    if _REVIEW.match(user_text):
+        send = {"companion": REVIEWER_AGENT, "message": user_text}
+        return call(request, ("companion__sendMessage", send), text="Asking the reviewer.")
     edits = edits_for(user_text)
     if edits:
         return call(request, ("editContent", {"edits": edits}))
@@ -194,9 +209,14 @@ def editor_script(request: LLMRequest) -> LLMResponse:
     """The editor's deterministic "model": a function of the conversation."""
     messages = request.messages
     last = messages[-1] if messages else None
+    if last is not None and is_sub_agent_notification(last):
+        return reply(f"The reviewer says: {last.content.split('] ', 1)[-1]}")
     user_text = _last_user_text(messages)
     if last is None or last.role == "user":
         return _first_step(request, user_text)
+    sent = _latest_tool(messages, "companion__sendMessage")
+    if sent is not None:
+        return reply(_sent(sent))
     edit = _latest_tool(messages, "editContent")
     publish = _latest_tool(messages, "publishDocument")
     if edit is None:
@@ -211,6 +231,31 @@ def editor_script(request: LLMRequest) -> LLMResponse:
             return reply(f"{edit_text} Nothing was published.")
         return _publish_call(request, user_text, text=edit_text)
     return _published(publish, edit_text)
+
+
+def _sent(result: Message) -> str:
+    outcome = result.result if isinstance(result.result, dict) else {}
+    if outcome.get("delivered"):
+        return "The reviewer has it; its reply will appear here."
+    return f"The reviewer could not take it ({outcome.get('reason', result.content)})."
+
+
+def reviewer_script(request: LLMRequest) -> LLMResponse:
+    """The reviewer's deterministic "model": a short review of the message it got."""
+    text = _last_user_text(request.messages)
+    words = len(re.sub(r"^\s*review\b", "", text, flags=re.IGNORECASE).split())
+    remark = "Looks good to me." if words < 12 else "Consider saying it in fewer words."
+    return reply(f"I read your note ({words} words). {remark}")
+
+
+def reviewer_agent(*, llm: LLM | None = None) -> Agent:
+    """The ``reviewer`` demo companion: persistent, on ``llm``, else a scripted model."""
+    return define_agent(
+        REVIEWER_AGENT,
+        llm=llm or ScriptedLLM(reviewer_script, name="scripted-reviewer"),
+        instructions="You review what the editor sends you, briefly.",
+        persistent=True,
+    )
 
 
 def _model_delay_seconds() -> float:
@@ -243,9 +288,11 @@ def editor_agent(
             stream_pause_seconds=stream_pause_seconds,
         ),
         instructions="You edit the user's document with editContent and publish it with "
-        "publishDocument when asked.",
+        "publishDocument when asked; you consult the reviewer with companion__sendMessage.",
         tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],
         client_tool_timeout=client_tool_timeout,
+        # The reviewer's reply starts an editor turn, so it shows in the chat.
+        companions=[as_companion(reviewer_agent(llm=llm), wake_parent=True)],
     )
 
 

@@ -4,6 +4,7 @@ The served demo's replies stream word by word."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,34 @@ async def test_publish_alone_streams_then_waits_for_the_approval(
     assert "".join(deltas) == "Publishing the document as it is."
     assert not [e for e in events if e.type == "tool_start"]
     await served_demo.interrupt(handle.session_id)
+
+
+async def test_review_asks_the_reviewer_companion_whose_reply_starts_an_editor_turn(
+    tmp_path: Path,
+) -> None:
+    """`review ...` sends the note to the reviewer companion; its reply comes back as a
+    notification and starts an editor turn that relays it."""
+    runtime = AgentRuntime(
+        demo_agents(),
+        HelixSettings(
+            database_url=f"sqlite:///{tmp_path / 'demo.sqlite'}",
+            executor_id="demo-review",
+            application_version="t",
+        ),
+    )
+    await runtime.launch()
+    try:
+        handle = await runtime.start("editor", "review the opening paragraph")
+        assert (await handle.result())["text"] == (
+            "The reviewer has it; its reply will appear here."
+        )
+        said = "The reviewer says: I read your note (3 words). Looks good to me."
+        for _ in range(200):
+            log = await runtime.messages(handle.session_id)
+            if log[-1].content == said:
+                break
+            await asyncio.sleep(0.05)
+        assert log[-1].content == said
+        assert "review <anything>" in UNDERSTOOD
+    finally:
+        await runtime.shutdown()

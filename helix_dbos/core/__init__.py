@@ -8,6 +8,12 @@ from .agents import (
     define_agent,
     subagent_tool,
 )
+from .companions import (
+    COMPANION_NOT_DELIVERED_REASONS,
+    Companion,
+    CompanionDeliveryOutcome,
+    as_companion,
+)
 from .expiry import DefaultResult
 from .llm import LLM, LLMRequest, LLMResponse, ToolSchema, Usage
 from .messages import Message, ToolCall
@@ -15,12 +21,15 @@ from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tomb
 from .tools import RESERVED_TOOL_NAME_PREFIXES, Tool, define_tool
 
 __all__ = [
+    "COMPANION_NOT_DELIVERED_REASONS",
     "DEFAULT_CLIENT_TOOL_TIMEOUT",
     "DEFAULT_TOMBSTONE_RETENTION",
     "LLM",
     "RESERVED_TOOL_NAME_PREFIXES",
     "Agent",
     "AgentRegistry",
+    "Companion",
+    "CompanionDeliveryOutcome",
     "Continuation",
     "DefaultResult",
     "LLMRequest",
@@ -34,6 +43,7 @@ __all__ = [
     "ToolCall",
     "ToolSchema",
     "Usage",
+    "as_companion",
     "define_agent",
     "define_tool",
     "subagent_tool",

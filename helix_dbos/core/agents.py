@@ -11,6 +11,13 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..errors import AgentNotFoundError, ToolDefinitionError
+from .companions import (
+    DEFAULT_COMPANION_DELIVERY_TIMEOUT,
+    Companion,
+    as_companion,
+    check_companions,
+    companion_tools,
+)
 from .llm import LLM, ToolSchema
 from .tools import SUBAGENT_PREFIX, Tool
 
@@ -58,6 +65,14 @@ class Agent:
     hibernate_after: float | None = None
     """Seconds a turn parked on a batch stays a live workflow (its hot window) before it
     hibernates; ``None``: the runtime's ``hibernate_after_seconds``; ``math.inf``: never."""
+    companions: tuple[Companion, ...] = field(default=())
+    """Persistent agents this one talks to (docs/companions.md)."""
+    companion_delivery_timeout: float = DEFAULT_COMPANION_DELIVERY_TIMEOUT
+    """Seconds a send waits for a companion's run to start (``child_start_unconfirmed``)."""
+
+    def companion(self, name: str) -> Companion | None:
+        """The companion called ``name``, if this agent declares one."""
+        return next((c for c in self.companions if c.name == name), None)
 
     @functools.cached_property
     def tool_schemas(self) -> tuple[ToolSchema, ...]:
@@ -105,6 +120,8 @@ def define_agent(
     persistent: bool = False,
     idle_ttl: float | None = None,
     hibernate_after: float | Literal["never"] | None = None,
+    companions: Iterable[Agent | Companion] = (),
+    companion_delivery_timeout: float | None = None,
 ) -> Agent:
     """Declare an agent.
 
@@ -127,10 +144,13 @@ def define_agent(
             continues it, see docs/client-tools.md). ``0`` hibernates at once, ``"never"``
             never; ``None`` (the default) takes the runtime's ``hibernate_after_seconds``
             (``HELIX_HIBERNATE_AFTER_SECONDS``, 60 by default).
+        companions: persistent agents this one talks to (``companion__`` tools, see
+            docs/companions.md); ``companion_delivery_timeout``: seconds a send waits for a
+            companion's run to start (default 60) before ``child_start_unconfirmed``.
 
     Raises:
         ToolDefinitionError: a bad name, step count, deadline, retention or idle TTL (or an
-            idle TTL without ``persistent``), or duplicate tools.
+            idle TTL without ``persistent``), duplicate tools, a bad companion.
     """
     if not name or "::" in name:
         raise ToolDefinitionError("An agent needs a non-empty name without '::'")
@@ -143,17 +163,15 @@ def define_agent(
         raise ToolDefinitionError(
             f"Agent {name!r}: completed_tombstone_retention must be a finite number >= 0"
         )
-    if idle_ttl is not None:
-        if not persistent:
-            raise ToolDefinitionError(f"Agent {name!r}: idle_ttl needs persistent=True")
-        if not isinstance(idle_ttl, int | float) or not math.isfinite(idle_ttl) or idle_ttl <= 0:
-            raise ToolDefinitionError(f"Agent {name!r}: idle_ttl must be a finite number > 0")
+    _check_idle_ttl(name, persistent, idle_ttl)
     hot_window = _hot_window(name, hibernate_after)
     children = tuple(subagents)
     all_tools = tuple(tools) + tuple(subagent_tool(child) for child in children)
     names = [t.name for t in all_tools]
     if len(names) != len(set(names)):
         raise ToolDefinitionError(f"Agent {name!r}: two tools share a name")
+    mates, delivery = _companions(name, companions, names, companion_delivery_timeout)
+    all_tools += companion_tools(mates)
     return Agent(
         name=name,
         llm=llm,
@@ -166,7 +184,34 @@ def define_agent(
         persistent=bool(persistent),
         idle_ttl=float(idle_ttl) if idle_ttl is not None else DEFAULT_IDLE_TTL,
         hibernate_after=hot_window,
+        companions=mates,
+        companion_delivery_timeout=delivery,
     )
+
+
+def _check_idle_ttl(name: str, persistent: bool, idle_ttl: float | None) -> None:
+    """``define_agent``'s ``idle_ttl``: only for a persistent agent, finite and > 0."""
+    if idle_ttl is None:
+        return
+    if not persistent:
+        raise ToolDefinitionError(f"Agent {name!r}: idle_ttl needs persistent=True")
+    if not isinstance(idle_ttl, int | float) or not math.isfinite(idle_ttl) or idle_ttl <= 0:
+        raise ToolDefinitionError(f"Agent {name!r}: idle_ttl must be a finite number > 0")
+
+
+def _companions(
+    name: str, given: Iterable[Agent | Companion], tool_names: list[str], timeout: float | None
+) -> tuple[tuple[Companion, ...], float]:
+    """``define_agent``'s companions, checked, and their delivery timeout."""
+    mates = tuple(as_companion(c) for c in given)
+    check_companions(name, mates, tool_names)
+    if timeout is None:
+        return mates, DEFAULT_COMPANION_DELIVERY_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ToolDefinitionError(f"Agent {name!r}: companion_delivery_timeout must be a number")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ToolDefinitionError(f"Agent {name!r}: companion_delivery_timeout must be > 0")
+    return mates, float(timeout)
 
 
 def _hot_window(name: str, hibernate_after: float | str | None) -> float | None:
@@ -202,7 +247,7 @@ class AgentRegistry:
         if existing is not None and existing is not agent:
             raise ToolDefinitionError(f"Two different agents are named {agent.name!r}")
         self._agents[agent.name] = agent
-        for child in agent.subagents:
+        for child in (*agent.subagents, *(c.agent for c in agent.companions)):
             self.register(child)
 
     def get(self, name: str) -> Agent:

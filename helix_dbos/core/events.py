@@ -21,6 +21,7 @@ EventType = Literal[
     "user_message",
     "session_healed",
     "rewound",
+    "companion_message",
 ]
 
 

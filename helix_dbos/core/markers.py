@@ -14,6 +14,7 @@ from .messages import Message
 
 __all__ = [
     "SUB_AGENT_COMPLETION_SOURCE",
+    "companion_notification",
     "entry_input_run",
     "is_input_row",
     "is_sub_agent_notification",
@@ -60,3 +61,12 @@ def sub_agent_notification(text: str, child_session_id: str) -> Message:
         content=text,
         meta={"source": SUB_AGENT_COMPLETION_SOURCE, "childSessionId": child_session_id},
     )
+
+
+def companion_notification(notice: dict[str, Any]) -> Message:
+    """A companion's reply as its parent reads it: a sub-agent completion notification
+    (never user input), from the notice ``{"companion", "sessionId", "runId", "text"}``."""
+    row = sub_agent_notification(str(notice["text"]), str(notice["sessionId"]))
+    meta = dict(row.meta or {})
+    meta["companion"] = {"name": notice["companion"], "runId": notice["runId"]}
+    return row.model_copy(update={"meta": meta})

@@ -13,6 +13,7 @@ from .expiry import OnTimeout, check_on_timeout, check_remind
 from .llm import ToolSchema
 
 __all__ = [
+    "COMPANION_PREFIX",
     "RESERVED_TOOL_NAME_PREFIXES",
     "SUBAGENT_PREFIX",
     "Execution",
@@ -22,10 +23,11 @@ __all__ = [
 ]
 
 SUBAGENT_PREFIX = "subagent__"
+COMPANION_PREFIX = "companion__"
 #: Prefixes reserved for framework-built tools (sub-agent routing, companion protocol).
-RESERVED_TOOL_NAME_PREFIXES: tuple[str, ...] = (SUBAGENT_PREFIX, "companion__")
+RESERVED_TOOL_NAME_PREFIXES: tuple[str, ...] = (SUBAGENT_PREFIX, COMPANION_PREFIX)
 
-Execution = Literal["server", "client", "subagent"]
+Execution = Literal["server", "client", "subagent", "companion"]
 ToolFunction = Callable[[Any], Awaitable[Any] | Any]
 """A server tool body, sync or async (docs/server-tools.md).
 

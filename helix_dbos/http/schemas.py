@@ -22,6 +22,7 @@ from .body_variants import (
 
 __all__ = [
     "CheckpointView",
+    "CompanionView",
     "CheckpointsResponse",
     "ControlRequest",
     "ControlResponse",
@@ -297,6 +298,18 @@ class StatusResponse(_Response):
     """Who started the session (absent when it was started without one)."""
     tenant: str | None = None
     """The tenant the session was started under (absent when none)."""
+    companions: list[CompanionView] | None = None
+    """The session's companions (absent when it has none): docs/companions.md."""
+
+
+class CompanionView(_Response):
+    """One companion in ``GET /status``."""
+
+    companion: str
+    session_id: str
+    state: Literal["not_started", "running", "waiting", "idle", "hibernated", "stopped", "ended"]
+    status: str | None = None
+    run_id: str | None = None
 
 
 class ControlResponse(_Response):

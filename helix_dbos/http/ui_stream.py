@@ -24,7 +24,9 @@ The mapping:
 * ``suspended`` is ``finish-step`` + ``finish`` (``tool-calls``): the client answers the calls
   and sends the next request;
 * ``turn_end``: ``completed`` is ``finish-step`` + ``finish`` (``stop``); ``failed`` is
-  ``error`` + ``finish`` (``error``); ``interrupted`` is ``abort``.
+  ``error`` + ``finish`` (``error``); ``interrupted`` is ``abort``;
+* ``companion_message`` (a companion's reply, docs/companions.md) is a ``data-companion-message``
+  part whose ``data`` is the event's.
 """
 
 from __future__ import annotations
@@ -222,6 +224,8 @@ class UIMessageStream:
             # The client has its own message; one delivered over pending calls follows their
             # results, so the model's next output is already a new step.
             return self.start()
+        if kind == "companion_message":
+            return [*self.start(), {"type": "data-companion-message", "data": dict(data)}]
         if kind == "suspended":
             return self._finish("tool-calls")
         if kind == "turn_end":

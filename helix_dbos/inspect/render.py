@@ -198,6 +198,12 @@ def render_report(report: SessionReport) -> str:
     out.append("")
     out.append("tree")
     out += [f"  {line}" for line in _tree_lines(report.tree, report.session.session_id)]
+    if report.companions:
+        out += ["", "companions"]
+        out += [
+            f"  {c['companion']}  {c['state']}  {c['sessionId']}  run {c.get('runId') or '-'}"
+            for c in report.companions
+        ]
     out += _adoption_lines(report)
     return "\n".join(out)
 

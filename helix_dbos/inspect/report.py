@@ -16,6 +16,7 @@ from typing import Any
 from ..core.clock import now_ms
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
+from ..runtime.companions import companion_views
 from ..runtime.fleet import adoption_history
 from ..runtime.hibernation import continuation_id, mark_of, waits_on_child
 from ..runtime.operator import Operator, WorkflowInfo
@@ -188,6 +189,8 @@ class SessionReport:
     """Every take-over of a turn of the tree by another process (docs/fleet.md)."""
     continuation: WorkflowInfo | None = None
     """The continuation's workflow, when the session's turn is hibernated and it started."""
+    companions: list[dict[str, Any]] = field(default_factory=list)
+    """The session's companions and their state (docs/companions.md)."""
 
     @property
     def ownership(self) -> dict[str, str]:
@@ -229,6 +232,7 @@ class SessionReport:
             "messages": [m.to_row() | {"role": m.role} for m in self.messages],
             "tree": self.tree.dump(),
             "adoptions": self.adoptions,
+            "companions": self.companions,
         }
 
 
@@ -299,4 +303,5 @@ async def inspect_session(
         tree=_build_tree(tree, workflows),
         at_ms=now_ms(),
         continuation=workflows.get(continuation or ""),
+        companions=companion_views(session, tree),
     )

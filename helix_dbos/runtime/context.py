@@ -45,6 +45,9 @@ class RuntimeContext:
     workflows: set[asyncio.Task[Any]] = field(default_factory=set)
     """The tasks of this runtime's workflows running in this process right now, parked ones
     included (``workflow_task``): a shutdown cancels those still running."""
+    fleet: Any = None
+    """The runtime's ``Fleet``, when it runs one: a companion's send adopts the companion's
+    workflow at once when its process is gone (as a message to a persistent session does)."""
     notes: Notifications | None = None
     """The runtime's notification hooks (``notifications.py``): which events of parked calls
     the commits write to the outbox."""

@@ -34,6 +34,7 @@ from ..core.session import SessionState
 from ..observability.log import log_event
 from ..store.store import patience
 from . import names
+from .companion_wake import after_turn
 from .context import RuntimeContext, current, workflow_task
 from .hibernation import child_ended, continuation_id, mark_of, waits_on_child
 from .once import recorded
@@ -81,6 +82,7 @@ async def run_continuation(
         outcome = await turn.run()
         if session_id != root_session_id and outcome["outcome"] != "hibernated":
             await _report_end(session_id, outcome)
+        await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
         return dict(outcome)
 
 

@@ -158,7 +158,10 @@ async def stop_tree(
 async def _report_stopped_child(ctx: RuntimeContext, child: SessionState) -> None:
     """A sub-agent stopped alone: its parent reads it as stopped. A parent waiting live reads
     the cancelled workflow; one that hibernated waiting on it (or is about to) is told here,
-    as a sub-agent's continuation tells it of an end (``hibernation.child_ended``)."""
+    as a sub-agent's continuation tells it of an end (``hibernation.child_ended``). A
+    companion's parent awaits no result: it is told nothing."""
+    if names.is_companion_session(child.session_id, child.parent_session_id):
+        return
     parent = await child_ended(child, stopped_outcome(child.run_id or ""))
     if parent is not None:
         await start_continuation(ctx, parent)

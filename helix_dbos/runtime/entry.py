@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.events import event
-from ..core.markers import mark_entry_input
+from ..core.markers import companion_notification, mark_entry_input
 from ..core.messages import Message
 from ..core.owner import SessionOwner
 from ..core.pairing import not_executed_results
@@ -27,7 +27,7 @@ from . import names
 from .context import current
 from .handover import EntryInputs
 from .once import exactly_once, step_connection
-from .records import STASH_KEY, ChildStarted, FencedResult
+from .records import COMPANION_NOTICES_KEY, STASH_KEY, ChildStarted, FencedResult
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -122,11 +122,10 @@ async def open_turn(
 
     Returns the claimed row and the live conversation as this transaction leaves it (the
     turn's first model step can start from them: ``handover``). The entry message is marked
-    as the turn's own input. ``workflow_id`` is the workflow that
-    runs the turn (default: the turn's own, ``names.turn_workflow_id``). ``new``: the caller
-    made ``session_id`` up just now, so it is not read first (a session that exists after all
-    fails the insert with ``IntegrityError``). ``owner``: who starts the session, recorded if
-    it is created here (an existing session keeps its own).
+    as the turn's own input, after companion replies kept (``companion_replies``).
+    ``workflow_id`` runs the turn (default: its own, ``names.turn_workflow_id``). ``new``: the
+    caller made ``session_id`` up, so it is not read first (one that exists after all fails
+    the insert with ``IntegrityError``). ``owner``: recorded if the session is created here.
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running (retryable) or parked
@@ -146,6 +145,7 @@ async def open_turn(
             existing = read[session_id]
         except SessionNotFoundError:
             pass
+    history_tail: list[Message] = []
     if existing is None:
         state = await store.create_session(
             SessionState(
@@ -164,17 +164,18 @@ async def open_turn(
         )
     else:
 
-        def claim(states: dict[str, SessionState]) -> None:
+        def claim(states: dict[str, SessionState]) -> list[dict[str, Any]]:
             s = states[session_id]
             if s.status in ACTIVE_STATUSES:
                 raise busy_error(s)  # says what the turn waits for, and whether to retry
             s.status, s.run_id, s.workflow_id, s.error = "running", turn_id, workflow_id, None
             s.metadata.pop(STASH_KEY, None)
+            return list(s.metadata.pop(COMPANION_NOTICES_KEY, None) or [])
 
-        saved, _ = await store.update([session_id], claim, conn=conn, prior=Prior(existing))
-        state = saved[session_id]
+        saved, notices = await store.update([session_id], claim, conn=conn, prior=Prior(existing))
+        state, history_tail = saved[session_id], [companion_notification(n) for n in notices]
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
-    healed = not_executed_results(history)
+    healed = not_executed_results(history) + history_tail
     entry = entry_messages(message, turn_id)
     await store.append_messages(session_id, turn_id, healed + entry, conn)
     events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]

@@ -39,6 +39,7 @@ from dbos import DBOS, SetWorkflowID
 
 from ..core.events import event
 from ..core.llm import LLMResponse
+from ..core.markers import is_sub_agent_notification
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState
 from ..errors import (
@@ -106,22 +107,28 @@ def _refuse_status(state: SessionState, op: Op) -> None:
         )
 
 
-def plan_rewind(agent: Any, target: list[LogRow]) -> Reshape:
-    """The rewind's new conversation: exactly the checkpoint's, and where the run restarts."""
+def plan_rewind(agent: Any, target: list[LogRow], live: list[LogRow] | None = None) -> Reshape:
+    """The rewind's new conversation: the checkpoint's, and where the run restarts. The
+    sub-agent (companion) notifications of ``live`` after it are re-appended, never dropped;
+    before a restored batch's call, as no row may stand between a call and its result."""
+    kept = {r.message_id for r in target}
+    later = [
+        r for r in live or () if r.message_id not in kept and is_sub_agent_notification(r.message)
+    ]
     last = target[-1].message if target else None
     if last is not None and last.role == "assistant":
         if not last.tool_calls:
-            return Reshape(list(target), ended=True)
+            return Reshape([*target, *later], ended=True)
         plan = plan_calls(agent, last.tool_calls)
-        if any(item["kind"] == "subagent" for item in plan):
+        if any(item["kind"] in ("subagent", "companion") for item in plan):
             raise RequestValidationError(
-                "This checkpoint's batch calls sub-agents, which already ran: rewind to the "
-                "checkpoint after its results",
+                "This checkpoint's batch calls sub-agents or companions, which already ran: "
+                "rewind to the checkpoint after its results",
                 cause="checkpoint_subagent_batch",
             )
-        return Reshape(list(target), batch=list(last.tool_calls))
+        return Reshape([*target[:-1], *later, target[-1]], batch=list(last.tool_calls))
     desired: list[LogRow | Message] = list(target)
-    return Reshape([*desired, *heals(desired)])
+    return Reshape([*desired, *heals(desired), *later])
 
 
 # -- applying it ----------------------------------------------------------------------------
@@ -195,7 +202,7 @@ def _plan(
     """The op's plan: a rewind to ``target``, or a retry (from ``target`` if given)."""
     if op == "rewind":
         assert target is not None
-        return plan_rewind(agent, target)
+        return plan_rewind(agent, target, rows)
     return plan_retry(state, rows, run_id, message, target)
 
 

@@ -89,7 +89,7 @@ async def launch(rt: AgentRuntime) -> None:
         client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         notes=rt.notifications,
     )
-    fleet = rt.fleet = Fleet(s, store)
+    fleet = rt.fleet = ctx.fleet = Fleet(s, store)
     await fleet.register()
     # Recovery at launch replays parked turns, which look the context up: install first.
     context.install(ctx)

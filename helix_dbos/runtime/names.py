@@ -6,11 +6,15 @@ names; never rename one without keeping the old one registered and noting it in 
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 __all__ = [
     "COLLECT_ANSWERS_STEP",
     "COMMIT_RESULTS_STEP",
+    "COMPANION_OP_STEP",
+    "COMPANION_SEND_STEP",
+    "COMPANION_WAKE_STEP",
     "CHILD_ENDED_STEP",
     "CONTINUE_WORKFLOW",
     "CONTRACT_VERSION",
@@ -28,6 +32,11 @@ __all__ = [
     "TURN_WORKFLOW",
     "approval_id",
     "child_session_id",
+    "companion_reply_slot",
+    "companion_run_id",
+    "companion_session_id",
+    "companion_wake_run_id",
+    "is_companion_session",
     "continuation_workflow_id",
     "control_idempotency_key",
     "inbox_idempotency_key",
@@ -97,6 +106,15 @@ PERSISTENT_HIBERNATE_STEP = "helix.persistent.hibernate"
 INBOX_TOPIC = "inbox"
 """The ``DBOS.recv`` topic a persistent workflow takes its next turn from (its client calls
 park on their own topics, the calls' ids)."""
+
+COMPANION_SEND_STEP = "helix.companion.send"
+"""A parent's ``companion__sendMessage``: the companion's run claimed and its message handed
+over (at most once per parent call: the run id is the call's), then the wait for the run to
+start. A step of the parent's turn."""
+COMPANION_WAKE_STEP = "helix.companion.wake_parent"
+"""Starts a parent's turn (no message) for its companion's reply (``wake_parent``)."""
+COMPANION_OP_STEP = "helix.companion.op"
+"""A parent's ``companion__status`` or ``companion__end``, recorded in the parent's turn."""
 
 _CONTINUATION = re.compile(r"^(?P<base>.+?):continuation(?::(?P<n>\d+))?$")
 
@@ -192,3 +210,36 @@ def next_run_id(run_id: str) -> str:
 def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
     """The session of a sub-agent started by a parent's tool call."""
     return f"{parent_session_id}.{tool_call_id}"
+
+
+def companion_session_id(parent_session_id: str, companion: str) -> str:
+    """The session of a parent's companion: ``<parent>.companion.<name>`` (one per parent and
+    name, created by the first send)."""
+    return f"{parent_session_id}.companion.{companion}"
+
+
+def is_companion_session(session_id: str, parent_session_id: str | None) -> bool:
+    """Whether ``session_id`` is a companion of ``parent_session_id`` (not a sub-agent)."""
+    return parent_session_id is not None and session_id.startswith(
+        f"{parent_session_id}.companion."
+    )
+
+
+def companion_run_id(parent_run_id: str, tool_call_id: str) -> str:
+    """The companion's run a parent's send claims: ``run_c<24 hex>``, derived from the
+    parent's run and call, so a re-executed send claims the same run (delivers once)."""
+    digest = hashlib.sha256(f"{parent_run_id}\n{tool_call_id}".encode()).hexdigest()
+    return f"run_c{digest[:24]}"
+
+
+def companion_wake_run_id(session_id: str, trigger: str) -> str:
+    """The parent's run a companion's reply wakes: ``run_w<24 hex>``, derived from the parent
+    and what triggered it (the reply's run, or the parent turn that kept replies)."""
+    digest = hashlib.sha256(f"{session_id}\n{trigger}".encode()).hexdigest()
+    return f"run_w{digest[:24]}"
+
+
+def companion_reply_slot(session_id: str, run_id: str) -> str:
+    """The checkpoint id of the commit that hands a companion's reply (the end of its turn
+    ``run_id``) to its parent: ``companion:<session>:<run>:companion_reply``."""
+    return f"companion:{session_id}:{run_id}:companion_reply"

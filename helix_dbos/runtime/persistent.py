@@ -32,6 +32,9 @@ waiting on its inbox alone.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from dbos import DBOS, SetWorkflowID
@@ -43,7 +46,7 @@ from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
 from ..store.connection import IntegrityError
 from ..store.store import NoChange, patience
-from . import names, records
+from . import companion_replies, companion_wake, names, records
 from .context import RuntimeContext, current, workflow_task
 from .continuation import continuation_of
 from .entry import ACTIVE_STATUSES, open_turn
@@ -99,6 +102,8 @@ async def serve_inbox(turn: _Turn, run_id: str) -> dict[str, Any]:
     while True:
         outcome = await turn.run()
         del turn  # the next turn's object replaces it; this frame lives between turns
+        await companion_replies.report(session_id, run_id, root_session_id, outcome)
+        await companion_wake.after_turn(session_id, agent_type, outcome)
         # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
         await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
         turns += 1
@@ -192,31 +197,25 @@ async def deliver(
     run_id: str,
     *,
     owner: SessionOwner | None = None,
+    parent: tuple[str, str] | None = None,
+    within: Callable[[Any], Awaitable[None]] | None = None,
 ) -> Entered:
     """Claim ``session_id`` for ``run_id`` and hand the turn to its live workflow, or start one.
 
-    ``owner``: recorded if the session is created.
+    ``owner``: recorded if the session is created. ``parent``: ``(parent, root)`` of a
+    companion's session, recorded if it is created. ``within``: called first in the
+    transaction, with its connection (a companion's send fences its parent there).
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running or parked (as for a
             standard session; deliver over pending calls with ``resume(with_message)``).
     """
     store = ctx.store
-    # A mark naming a workflow that ended without hibernating (an operator cancelled it, say)
-    # is stale: such a workflow stays ended, so this is read before the transaction (DBOS's
-    # status is not ours to lock, and the row lock is not held across a query elsewhere).
-    seen = await store.load(session_id)
-    marked = live_workflow(seen) if seen is not None else None
-    stale = (
-        marked
-        if seen is not None
-        and marked is not None
-        and seen.status not in ACTIVE_STATUSES
-        and not await _still_running(ctx, marked)
-        else None
-    )
+    stale = await _stale_mark(ctx, session_id)
 
     async def body(conn: Any) -> tuple[SessionState, str, Delivery, str]:
+        if within is not None:
+            await within(conn)
         existing = await store.load(session_id, conn)
         live: str | None = None
         if existing is not None:
@@ -240,6 +239,8 @@ async def deliver(
             workflow_id=workflow_id,
             metadata={records.PERSISTENT_KEY: _mark(workflow_id)} if existing is None else None,
             owner=owner,
+            parent_session_id=parent[0] if parent else None,
+            root_session_id=parent[1] if parent else None,
         )
         state = entered.state
         if live is None:
@@ -310,6 +311,19 @@ async def deliver(
     return entered
 
 
+async def _stale_mark(ctx: RuntimeContext, session_id: str) -> str | None:
+    """The workflow the session's mark names if it ended without hibernating (an operator
+    cancelled it, say): a new message starts a new workflow instead.
+
+    Such a workflow stays ended, so this is read before the message's transaction (DBOS's
+    status is not ours to lock, and the row lock is not held across a query elsewhere)."""
+    seen = await ctx.store.load(session_id)
+    marked = live_workflow(seen) if seen is not None else None
+    if seen is None or marked is None or seen.status in ACTIVE_STATUSES:
+        return None
+    return None if await _still_running(ctx, marked) else marked
+
+
 class TurnResult:
     """Waits for one turn of a persistent workflow: ``get_result`` returns the turn's outcome
     (as a standard turn's workflow result), published by the workflow under
@@ -353,16 +367,24 @@ async def _published(workflow_id: str, run_id: str, poll_seconds: float) -> dict
 
 async def start_persistent(state: SessionState, run_id: str, workflow_id: str) -> Any:
     """Start the persistent workflow ``workflow_id`` at the claimed run ``run_id`` (DBOS
-    returns the existing one when it already started under that id)."""
-    with SetWorkflowID(workflow_id):
-        return await DBOS.start_workflow_async(
-            run_persistent,
-            state.session_id,
-            run_id,
-            state.agent_type,
-            state.root_session_id,
-            layout=names.TURN_LAYOUT,
-        )
+    returns the existing one when it already started under that id).
+
+    Started in a context of its own: a companion's send, a step of its parent's turn, starts
+    a workflow that outlives that turn, never a child of it (DBOS refuses a start in a step).
+    """
+
+    async def start() -> Any:
+        with SetWorkflowID(workflow_id):
+            return await DBOS.start_workflow_async(
+                run_persistent,
+                state.session_id,
+                run_id,
+                state.agent_type,
+                state.root_session_id,
+                layout=names.TURN_LAYOUT,
+            )
+
+    return await asyncio.create_task(start(), context=contextvars.Context())
 
 
 async def _still_running(ctx: RuntimeContext, workflow_id: str) -> bool:

@@ -49,6 +49,8 @@ def _plan_call(agent: Agent, index: int, call: ToolCall) -> PlanItem:
     if tool.execution == "subagent":
         # ``subagent_tool`` always names the child's agent type.
         return {**item("subagent"), "subagent": cast(str, tool.subagent)}
+    if tool.execution == "companion":
+        return item("companion")
     if tool.execution == "client":
         return _waits(item("client"), agent, tool)
     if tool.require_approval:

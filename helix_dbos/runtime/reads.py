@@ -11,6 +11,7 @@ from ..core.clock import now_ms
 from ..core.session import PendingCall, SessionState
 from ..store.approvals import ApprovalPage, ApprovalQuery, list_approvals
 from ..store.store import SessionStore
+from .companions import companion_views
 from .context import RuntimeContext
 from .control import tree_of
 from .entry import waiting_for
@@ -57,6 +58,9 @@ async def status_view(ctx: RuntimeContext, session_id: str) -> dict[str, Any]:
     }
     if top.error:
         body["error"] = top.error
+    mates = companion_views(top, tree)
+    if mates:
+        body["companions"] = mates
     for key, value in (("principal", top.principal), ("tenant", top.tenant)):
         if value is not None:
             body[key] = value

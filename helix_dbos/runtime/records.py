@@ -19,6 +19,9 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 __all__ = [
     "CHECKPOINT_KINDS",
     "CHILD_ENDS_KEY",
+    "COMPANIONS_KEY",
+    "COMPANION_ENDED_KEY",
+    "COMPANION_NOTICES_KEY",
     "FENCED_KEY",
     "HIBERNATED_KEY",
     "HIBERNATE_ACTIONS",
@@ -91,7 +94,14 @@ def child_run_id(tool_call_id: str) -> str:
 # -- checkpoints ------------------------------------------------------------------------------
 
 CheckpointKind = Literal[
-    "model", "results", "finish", "start_child", "lifecycle", "hibernate", "await_child"
+    "model",
+    "results",
+    "finish",
+    "start_child",
+    "lifecycle",
+    "hibernate",
+    "await_child",
+    "companion_reply",
 ]
 """The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
@@ -102,6 +112,7 @@ CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "lifecycle",
     "hibernate",
     "await_child",
+    "companion_reply",
 )
 
 
@@ -125,9 +136,16 @@ class FencedResult(TypedDict):
 
 # -- the model step ---------------------------------------------------------------------------
 
-PlanKind = Literal["server", "client", "approval", "subagent", "invalid"]
+PlanKind = Literal["server", "client", "approval", "subagent", "companion", "invalid"]
 """Where a tool call runs (``plan.py``); ``client`` and ``approval`` suspend the turn."""
-PLAN_KINDS: Final[tuple[PlanKind, ...]] = ("server", "client", "approval", "subagent", "invalid")
+PLAN_KINDS: Final[tuple[PlanKind, ...]] = (
+    "server",
+    "client",
+    "approval",
+    "subagent",
+    "companion",
+    "invalid",
+)
 
 
 class ToolCallRef(TypedDict):
@@ -390,6 +408,19 @@ class InboxMessage(TypedDict):
     kind: Literal["turn"]
     runId: str
 
+
+# -- companions ----------------------------------------------------------------------------------
+
+COMPANIONS_KEY: Final = "companions"
+"""The parent's session-metadata key of its companion references: ``{name: {"sessionId",
+"since"}}``, written by the first send to each (docs/companions.md)."""
+COMPANION_NOTICES_KEY: Final = "companionNotices"
+"""The parent's session-metadata key of companion replies that came while a parent turn ran:
+``[{"companion", "sessionId", "runId", "text"}]``, appended to its conversation (as
+notifications) by its next entry."""
+COMPANION_ENDED_KEY: Final = "companionEnded"
+"""A companion's session-metadata key once it was ended (``{"at", "reason"}``): a send to it
+answers ``child_exited``."""
 
 HibernateAction = Literal["continue", "hibernated", "released"]
 """What ``helix.persistent.hibernate`` records: ``continue`` (a turn was claimed for this

@@ -22,6 +22,7 @@ from ..observability.approval_metrics import ApprovalMetrics
 from ..store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage
 from ..store.store import SessionStore
 from . import context, entering, lifecycle, lifetime, names, reads, records
+from .companions import end_companions
 from .control import stash_entry, stop_tree, tree_of
 from .fleet import Fleet
 from .handle import TurnHandle
@@ -369,8 +370,11 @@ class AgentRuntime(NotificationHooks):
         return await stop_tree(self.ctx, session_id, abort=False, reason=None)
 
     async def abort(self, session_id: str, reason: str | None = None) -> SessionState:
-        """Stop like ``interrupt``, but the session ends ``failed`` with ``framework_cancelled``."""
-        return await stop_tree(self.ctx, session_id, abort=True, reason=reason)
+        """Stop like ``interrupt``, but the session ends ``failed`` with ``framework_cancelled``
+        (and its companions end: docs/companions.md)."""
+        top = await stop_tree(self.ctx, session_id, abort=True, reason=reason)
+        await end_companions(self.ctx, session_id, reason or "its parent was aborted")
+        return top
 
     # -- reading ----------------------------------------------------------------------------
 

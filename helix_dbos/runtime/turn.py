@@ -46,6 +46,7 @@ from ..store.store import patience
 from . import hibernation, names, steps
 from .batch_job import continue_batch, finishing, wait_ms
 from .children import run_child
+from .companion_wake import after_turn
 from .context import current, workflow_task
 from .failure import internal_error, turn_error
 from .handover import EntryInputs, FirstStep, ParkedBatch
@@ -90,7 +91,9 @@ async def run_turn(
     before it was an argument replays in layout 1, the default.
     """
     with patience(None), workflow_task():
-        return await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
+        outcome = await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
+        await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
+        return outcome
 
 
 RETIRED_MESSAGE = (
@@ -316,11 +319,8 @@ class _Turn:
                     "error": item["error"],
                     "errorCode": "validation_failed",
                 }
-            elif item["kind"] == "server":
-                results[item["toolCallId"]] = completed(
-                    ids(item),
-                    await run_server_tool(self.agent_type, item["toolName"], item["input"]),
-                )
+            elif item["kind"] in ("server", "companion"):
+                results[item["toolCallId"]] = completed(ids(item), await self._tool(item))
             elif item["kind"] == "subagent":
                 ran = await self._run_child(item)
                 if ran is None:
@@ -441,6 +441,15 @@ class _Turn:
             summary=self.summary,  # the job copies it before it adds to it
             rebind=self.rebind,
         )
+
+    async def _tool(self, item: PlanItem) -> ServerToolResult:
+        """A server tool's result, or a companion call's (``companions.py``, a step too)."""
+        if item["kind"] == "server":
+            return await run_server_tool(self.agent_type, item["toolName"], item["input"])
+        from .companions import run_companion_tool  # it imports persistent, which imports us
+
+        args = (self.session_id, self.run_id, self.root_session_id, self.agent_type)
+        return await run_companion_tool(*args, cast(dict[str, Any], item))
 
     async def _resolve(
         self, item: PlanItem, entry: dict[str, Any] | None, abandon: bool

@@ -95,6 +95,27 @@ def test_edit_then_approve_the_publication(sqlite_server: Served, visit: Visit) 
     assert visit.foreign_requests(base) == []
 
 
+def test_the_editor_consults_its_reviewer_companion(sqlite_server: Served, visit: Visit) -> None:
+    """`review ...`: the editor sends the note to its companion and goes on; the reviewer's
+    reply shows in the chat when it comes, and the turn it starts relays it. /status lists
+    the companion."""
+    page, base = visit.page, sqlite_server.base_url
+    page.goto(base + "/")
+    log = page.get_by_role("log", name="Conversation")
+
+    send(page, "review the opening line")
+
+    expect(log).to_contain_text("The reviewer has it; its reply will appear here.")
+    review = "I read your note (3 words). Looks good to me."
+    expect(log.locator("li.companion")).to_have_text(f"reviewer: {review}")
+    expect(log.locator("li.assistant").last).to_have_text(f"The reviewer says: {review}")
+    session_id = page.locator("#session-id").inner_text()
+    status = httpx.get(f"{base}/status", params={"sessionId": session_id}, timeout=10).json()
+    [companion] = status["companions"]
+    assert companion["companion"] == "reviewer" and companion["state"] in ("idle", "hibernated")
+    assert visit.foreign_requests(base) == []
+
+
 def test_deny_with_tokens_on_postgres_and_a_reload(pg_auth_server: Served, visit: Visit) -> None:
     """With session tokens on: the page sends the token /start gave it. A reload while the
     approval waits replays the session without applying the edit twice; Deny is reported."""

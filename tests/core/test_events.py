@@ -66,4 +66,5 @@ def test_event_types_are_pinned() -> None:
         "user_message",
         "session_healed",
         "rewound",
+        "companion_message",
     }

@@ -67,9 +67,17 @@ def test_failures_are_reported_in_words() -> None:
 
 
 def test_demo_agents() -> None:
-    """demo_agents() is the editor with its client tool and its approval-gated server tool."""
+    """demo_agents() is the editor with its client tool, its approval-gated server tool and
+    its companion, the reviewer (which wakes it with its replies)."""
     (editor,) = demo_agents()
     assert editor.name == "editor"
-    edit, publish = editor.tools
+    edit, publish, *companion_tools = editor.tools
     assert edit.execution == "client" and edit.output_model is not None
     assert publish.execution == "server" and publish.require_approval
+    assert [t.name for t in companion_tools] == [
+        "companion__sendMessage",
+        "companion__status",
+        "companion__end",
+    ]
+    (reviewer,) = editor.companions
+    assert reviewer.name == "reviewer" and reviewer.agent.persistent and reviewer.wake_parent

@@ -50,6 +50,13 @@ def test_start_is_sent_once_and_implied_by_any_first_event() -> None:
     assert [c["type"] for c in fresh] == ["start", "start-step", "tool-output-available"]
 
 
+def test_a_companion_message_is_a_data_part() -> None:
+    reply = {"companion": "reviewer", "text": "looks good", "outcome": "completed"}
+    assert run([ev("turn_start", 1), ev("companion_message", 2, **reply)])[2:] == [
+        {"type": "data-companion-message", "data": reply}
+    ]
+
+
 def test_user_message_is_not_echoed() -> None:
     assert run([ev("turn_start", 1), ev("user_message", 2, text="hi")])[2:] == []
 

@@ -39,6 +39,8 @@ from tests.runtime.hibernation_worker import hibernated
 TIMEOUT, FAST = 30.0, 2.0
 #: The statements on hibernated turns, run by their own test (its turns hibernate at once).
 HIBERNATION = {"hibernated-sessions", "hibernated-due"}
+#: Run on real companions by tests/runtime/test_companion_lifecycle.py.
+COMPANIONS = {"companions"}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -215,7 +217,8 @@ async def test_every_runbook_statement_on_real_turns(
     assert book.run("approval-inbox") == []
     assert book.run("approval-inbox-tenant", **{"your-tenant": "acme"}) == []
 
-    assert book.ran | HIBERNATION == {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
+    sql_blocks = {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
+    assert book.ran | HIBERNATION | COMPANIONS == sql_blocks
     await runtime.interrupt(parked.session_id)
     await runtime.interrupt(tree.session_id)
 

@@ -36,6 +36,7 @@ from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import agent, completed, delegate_script, hibernated
 from tests.runtime.hibernation_worker import script as hibernation_script
 from tests.runtime.persistent_agents import keeper_agent
+from tests.support.companions import lead_agent
 
 Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
@@ -212,7 +213,7 @@ async def _runtime(make_runtime: MakeRuntime) -> AgentRuntime:
     )
     hot = agent("hot", _failing_once(), hibernate_after="never")
     return await make_runtime(
-        [parent, cold, hot, keeper_agent(idle_ttl=1.0)], heal_interval_seconds=0
+        [parent, cold, hot, keeper_agent(idle_ttl=1.0), lead_agent()], heal_interval_seconds=0
     )
 
 
@@ -266,6 +267,20 @@ async def _persistent_turns(rt: AgentRuntime) -> None:
     assert (await rt.wait(sid))["status"] == "completed"
 
 
+async def _companion_turns(rt: AgentRuntime) -> None:
+    """A parent's send to its companion (the reference on its row), the companion's reply
+    (kept or appended on the parent's row), and the companion's end."""
+    handle = await rt.start("lead", "send reviewer: look")
+    await handle.result()
+    sid = handle.session_id
+    for _ in range(300):
+        if any(e.type == "companion_message" for e in await rt.events(sid)):
+            break
+        await asyncio.sleep(0.05)
+    await (await rt.start("lead", "end reviewer", session_id=sid)).result()
+    assert "companionEnded" in (await rt.session(f"{sid}.companion.reviewer")).metadata
+
+
 async def test_every_mutation_does_the_same_when_run_twice(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -276,6 +291,7 @@ async def test_every_mutation_does_the_same_when_run_twice(
     await _hibernated_tree(rt)
     await _hot_turns(rt)
     await _persistent_turns(rt)
+    await _companion_turns(rt)
     assert twice.differences == []
     untaken = [s for s in _sites_in_runtime() if not any(s.takes(*call) for call in twice.calls)]
     assert untaken == [], "a mutation of the runtime no scenario here takes"

@@ -151,9 +151,17 @@ def test_kinds_and_keys_are_pinned() -> None:
         "lifecycle",
         "hibernate",
         "await_child",
+        "companion_reply",
     )
     assert get_args(records.CheckpointKind) == records.CHECKPOINT_KINDS
-    assert records.PLAN_KINDS == ("server", "client", "approval", "subagent", "invalid")
+    assert records.PLAN_KINDS == (
+        "server",
+        "client",
+        "approval",
+        "subagent",
+        "companion",
+        "invalid",
+    )
     assert get_args(records.PlanKind) == records.PLAN_KINDS
     assert set(plan.SUSPENDING_KINDS) < set(records.PLAN_KINDS)
     assert records.MESSAGE_KINDS == ("answer", "stop", "abandon")
@@ -171,6 +179,9 @@ def test_kinds_and_keys_are_pinned() -> None:
     assert records.PERSISTENT_KEY == "persistent"
     assert records.HIBERNATE_ACTIONS == ("continue", "hibernated", "released")
     assert get_args(records.HibernateAction) == records.HIBERNATE_ACTIONS
+    assert records.COMPANIONS_KEY == "companions"
+    assert records.COMPANION_NOTICES_KEY == "companionNotices"
+    assert records.COMPANION_ENDED_KEY == "companionEnded"
 
 
 def test_id_formats_are_pinned() -> None:

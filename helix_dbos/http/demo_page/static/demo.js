@@ -103,6 +103,9 @@
       submitted: new Set(), // calls this view already answered
       bubbles: new Map(), // "runId|step" -> {li, final}
       toolEntries: new Map(), // toolCallId -> li
+      companionPolls: 0, // reads left while a companion's reply (and the turn it starts) is due
+      companionReplied: false,
+      sendingRun: null, // the run that sent to the companion
     };
   }
   resetView();
@@ -222,6 +225,11 @@
         }
         break;
       case 'tool_start':
+        if (data.toolName === 'companion__sendMessage') {
+          // The reply comes later, as a companion_message event, and starts an editor turn.
+          view.companionPolls = 30;
+          view.sendingRun = event.runId;
+        }
         if (data.kind === 'client') {
           remember({ ...data, kind: 'client' });
         } else if (!view.toolEntries.has(data.toolCallId)) {
@@ -239,7 +247,12 @@
       case 'tool_end':
         finishCall(data);
         break;
+      case 'companion_message':
+        addEntry('companion', `${data.companion}: ${data.text || '(no reply text)'}`);
+        view.companionReplied = true;
+        break;
       case 'turn_end':
+        if (view.companionReplied && event.runId !== view.sendingRun) view.companionPolls = 0;
         view.turnActive = false;
         for (const call of view.pending.values()) closeCall(call.toolCallId, 'closed: the turn ended');
         view.pending.clear();
@@ -415,6 +428,12 @@
     if (answered) {
       await follow();
       return;
+    }
+    if (view.companionPolls > 0) {
+      // A companion's reply is due: read again in a moment (the session is idle meanwhile).
+      view.companionPolls -= 1;
+      const epoch = view.epoch;
+      setTimeout(() => epoch === view.epoch && follow(), 1000);
     }
     const waiting = [...view.pending.values()].filter((c) => !view.submitted.has(c.toolCallId));
     if (waiting.some((c) => c.kind === 'approval')) setStatus('Waiting for your approval.');
