@@ -107,9 +107,13 @@ def test_helix_llm_selects_the_demo_model(tmp_path: Path) -> None:
         assert request.path == "/v1/chat/completions"
         assert request.body["model"] == "fake-model"
         assert request.body["messages"][-1] == {"role": "user", "content": "hi"}
+        # The demo editor's tools, and the tools of its reviewer companion.
         assert {t["function"]["name"] for t in request.body["tools"]} == {
             "editContent",
             "publishDocument",
+            "companion__sendMessage",
+            "companion__status",
+            "companion__end",
         }
 
 
