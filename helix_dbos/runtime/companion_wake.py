@@ -85,9 +85,9 @@ async def _claim(session_id: str, agent_type: str, run: str) -> bool:
             return False
         return True
 
-    async def body(conn: Any) -> str:
+    async def body() -> str:
         entered = await open_turn(
-            ctx.store, conn, session_id=session_id, agent_type=agent_type, turn_id=run, message=None
+            ctx.store, session_id=session_id, agent_type=agent_type, turn_id=run, message=None
         )
         return entered.state.root_session_id
 

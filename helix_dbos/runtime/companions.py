@@ -241,7 +241,7 @@ async def _deliver(
     the run."""
     store = ctx.store
 
-    async def fence_and_refer(conn: Any) -> None:
+    async def fence_and_refer() -> None:
         def refer(states: dict[str, SessionState]) -> None:
             parent = states[parent_id]
             guard(parent, parent_run, ("running",))
@@ -250,7 +250,7 @@ async def _deliver(
                 raise NoChange(None)
             refs[companion] = {"sessionId": sid, "since": now_ms()}
 
-        await store.update([parent_id], refer, conn=conn)
+        await store.update([parent_id], refer)
 
     parent = await store.get(parent_id)
     entered = await persistent.deliver(

@@ -91,9 +91,9 @@ async def stop_tree(
             s.error = error
         return stopped, [s.session_id for s in live]
 
-    async def commit(conn: Any) -> tuple[dict[str, SessionState], list[str], Stopped]:
+    async def commit() -> tuple[dict[str, SessionState], list[str], Stopped]:
         saved, (stopped, ended) = await ctx.store.update(
-            list(dict.fromkeys([root_id, *ids])), record, conn=conn
+            list(dict.fromkeys([root_id, *ids])), record
         )
         rows: list[dict[str, Any]] = []
         for state, entry in stopped:
@@ -106,15 +106,14 @@ async def stop_tree(
             }
             rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
             rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
-        await ctx.store.record_usage(rows, conn)
+        await ctx.store.record_usage(rows)
         cleared = [(state.session_id, entry) for state, entry in stopped]
-        await notes.write(conn, notes.stop_rows(root_id, cleared, at), in_commit=False)
+        await notes.write(notes.stop_rows(root_id, cleared, at), in_commit=False)
         for sid in ended:
             await ctx.store.append_events(
                 sid,
                 saved[sid].run_id,
                 [event("turn_end", outcome=outcome, **({"error": error} if error else {}))],
-                conn,
             )
         return saved, ended, stopped
 

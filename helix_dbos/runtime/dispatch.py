@@ -26,7 +26,6 @@ from ..core.jitter import jitter
 from ..core.session import SessionState
 from ..observability.log import log_event
 from ..store import outbox
-from ..store.connection import AsyncConnection
 from ..store.outbox import OutboxRow
 from ..store.store import SessionStore
 from .entry import ACTIVE_STATUSES
@@ -144,9 +143,8 @@ class Dispatcher:
         if not await outbox.any_due(self.store, now=at, kinds=kinds):
             return 0  # nothing due: no transaction at all
 
-        async def body(conn: AsyncConnection) -> tuple[list[OutboxRow], list[OutboxRow], int]:
+        async def body() -> tuple[list[OutboxRow], list[OutboxRow], int]:
             rows = await outbox.claim(
-                conn,
                 now=at,
                 lease_until=at + int(options.lease * 1000),
                 kinds=kinds,
@@ -155,12 +153,12 @@ class Dispatcher:
             to_deliver, reminded = [], []
             for row in rows:
                 if row.kind == "deadline_near" and row.attempts == 1:
-                    if not await self._remind(conn, row, at):
-                        await outbox.skip(self.store, row.id, at, conn)
+                    if not await self._remind(row, at):
+                        await outbox.skip(self.store, row.id, at)
                         continue
                     reminded.append(row)
                 if not self.hooks.hooks_for(row.kind):
-                    await outbox.deliver(self.store, row.id, at, conn)  # nobody to tell
+                    await outbox.deliver(self.store, row.id, at)  # nobody to tell
                     continue
                 to_deliver.append(row)
             return to_deliver, reminded, len(rows)
@@ -187,9 +185,9 @@ class Dispatcher:
                 log_event("notification.dispatch_failed", error=f"{failed!r}"[:300])
         return claimed
 
-    async def _remind(self, conn: AsyncConnection, row: OutboxRow, at: int) -> bool:
+    async def _remind(self, row: OutboxRow, at: int) -> bool:
         """The reminder's stream event, if the call still waits; whether it does."""
-        state = await self.store.load(row.session_id, conn)
+        state = await self.store.load(row.session_id)
         if not still_waiting(state, row, at):
             return False
         data: dict[str, Any] = {
@@ -202,7 +200,7 @@ class Dispatcher:
         if row.payload.get("approvalId") is not None:
             data["approvalId"] = row.payload["approvalId"]
         await self.store.append_events(
-            row.session_id, row.run_id, [event("tool_deadline_near", **data)], conn
+            row.session_id, row.run_id, [event("tool_deadline_near", **data)]
         )
         return True
 

@@ -81,17 +81,15 @@ async def _open(
     """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
     try:
         return await rt.store.transact(
-            lambda conn: open_turn(
+            lambda: open_turn(
                 rt.store,
-                conn,
                 session_id=session_id,
                 agent_type=agent_type,
                 turn_id=turn_id,
                 message=message,
                 new=new,
                 owner=owner,
-            ),
-            lean=True,
+            )
         )
     except IntegrityError:
         # Two starts raced to create the same new session: the other one won.

@@ -21,12 +21,11 @@ from ..core.owner import SessionOwner
 from ..core.pairing import not_executed_results
 from ..core.session import CallKind, PendingCall, SessionState
 from ..errors import AgentAlreadyRunningError, SessionNotFoundError
-from ..store.connection import AsyncConnection
-from ..store.store import NoChange, Prior, SessionStore, guard
+from ..store.store import NoChange, SessionStore, guard
 from . import names
 from .context import current
 from .handover import EntryInputs
-from .once import exactly_once, step_connection
+from .once import exactly_once
 from .records import COMPANION_NOTICES_KEY, STASH_KEY, ChildStarted, FencedResult
 
 __all__ = [
@@ -105,7 +104,6 @@ def entry_messages(message: str | None, turn_id: str) -> list[Message]:
 
 async def open_turn(
     store: SessionStore,
-    conn: AsyncConnection,
     *,
     session_id: str,
     agent_type: str,
@@ -135,13 +133,14 @@ async def open_turn(
     existing = None
     history: list[Message] = []  # a new session has no log to heal
     if not new:
-        # Read apart (the claim's commit is then one statement), yet whole: the claim swaps
-        # from this row, not active. A write to a conversation moves its row's version (a
+        # Read first, unlocked (the store reads it apart from the unit, which then commits in
+        # one statement), yet whole: the claim swaps from this row (``store/unit.py``), not
+        # active. A write to a conversation moves its row's version (a
         # lost swap runs this again), or, with no swap, is made under the row's lock by a
         # commit fenced on an active status, which cannot land on this row (ARCHITECTURE.md,
         # rule 26).
         try:
-            read, history = await store.resume_inputs(session_id, (), conn, apart=True)
+            read, history = await store.resume_inputs(session_id, ())
             existing = read[session_id]
         except SessionNotFoundError:
             pass
@@ -160,7 +159,6 @@ async def open_turn(
                 principal=owner.principal if owner else None,
                 tenant=owner.tenant if owner else None,
             ),
-            conn,
         )
     else:
 
@@ -172,16 +170,16 @@ async def open_turn(
             s.metadata.pop(STASH_KEY, None)
             return list(s.metadata.pop(COMPANION_NOTICES_KEY, None) or [])
 
-        saved, notices = await store.update([session_id], claim, conn=conn, prior=Prior(existing))
+        saved, notices = await store.update([session_id], claim)
         state, history_tail = saved[session_id], [companion_notification(n) for n in notices]
     # An interrupted turn can leave tool_use without tool_result; every provider rejects that.
     healed = not_executed_results(history) + history_tail
     entry = entry_messages(message, turn_id)
-    await store.append_messages(session_id, turn_id, healed + entry, conn)
+    await store.append_messages(session_id, turn_id, healed + entry)
     events = [event("turn_start", runId=turn_id, agentType=state.agent_type)]
     if message is not None:
         events.append(event("user_message", text=message))
-    await store.append_events(session_id, turn_id, events, conn)
+    await store.append_events(session_id, turn_id, events)
     return EntryInputs(state, [*history, *healed, *entry])
 
 
@@ -223,7 +221,6 @@ async def _start_child(
     message: str,
 ) -> ChildStarted:
     store = current().store
-    conn = await step_connection()
 
     def parent_live(states: dict[str, SessionState]) -> SessionOwner:
         parent = states[parent_session_id]
@@ -231,10 +228,9 @@ async def _start_child(
         # A sub-agent belongs to whoever owns its parent.
         raise NoChange(SessionOwner(parent.principal, parent.tenant))
 
-    _, owner = await store.update([parent_session_id], parent_live, conn=conn)
+    _, owner = await store.update([parent_session_id], parent_live)
     await open_turn(
         store,
-        conn,
         session_id=session_id,
         agent_type=agent_type,
         turn_id=turn_id,

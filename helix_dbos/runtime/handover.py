@@ -6,7 +6,7 @@ follow-up message's entry (the claim of an idle session) commits first, and the 
 starts after it: a refused claim must leave no workflow. Either way, once the entry has
 committed, the turn's first model step starts at once from the session and the conversation
 as the entry committed them (nothing is read back; its commit swaps from that row,
-``store.Prior``), while DBOS is still registering the workflow. The turn takes that running
+``SessionStore.read_earlier``), while DBOS is still registering the workflow. The turn takes that running
 step here and awaits it as its own first step: the step is the same exactly-once commit under
 the same checkpoint slot, whichever task runs it. A turn that finds nothing here (recovered,
 started by the reconciler, or by another process) runs its first step itself, reading its
@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 from ..core.messages import Message
 from ..core.session import SessionState
-from ..store.store import Prior
 from . import names
 from .plan import SUSPENDING_KINDS
 from .records import CommittedResults, FencedResult, PlanItem, ToolResult, TurnSummary
@@ -125,7 +124,7 @@ class Resumption:
     """What a woken turn read (its rows and conversation), for its results commit, and what
     that commit hands over to the next model step.
 
-    The commit swaps from the rows (``prior``). When its swap landed on the owner's row as
+    The commit swaps from the rows (``read``: handed over once). When its swap landed on the owner's row as
     read (no other write came in between, so the conversation read with it is still the
     whole conversation), it ``offer``s the row it committed and the conversation with its
     messages appended. The turn ``take``s them only for the result the commit returned: a
@@ -133,7 +132,7 @@ class Resumption:
     a changed row hands over nothing, and the next step reads its inputs itself.
     """
 
-    __slots__ = ("_history", "_inputs", "_read_version", "_result", "_session_id", "prior")
+    __slots__ = ("_history", "_inputs", "_read", "_read_version", "_result", "_session_id")
 
     def __init__(self, session_id: str, states: dict[str, SessionState], history: list[Message]):
         self._session_id = session_id
@@ -141,7 +140,13 @@ class Resumption:
         self._history = history
         self._result: Any = None
         self._inputs: EntryInputs | None = None
-        self.prior = Prior(*states.values())
+        self._read = list(states.values())
+
+    def read(self) -> list[SessionState]:
+        """The rows as read, for the commit to swap from (once: a commit run again reads
+        them itself, since the first run may have changed them in place)."""
+        rows, self._read = self._read, []
+        return rows
 
     def offer(self, result: Any, saved: SessionState, appended: list[Message]) -> None:
         """The commit that returns ``result`` saved the owner's row as ``saved``, appending

@@ -248,16 +248,13 @@ async def _claim(
         s.metadata["heal"] = {"action": action, "at": at, "workflowStatus": status}
         return True
 
-    async def commit(conn: Any) -> bool:
-        _, won = await ctx.store.update(
-            list(dict.fromkeys([seen.session_id, root_id])), mutate, conn=conn
-        )
+    async def commit() -> bool:
+        _, won = await ctx.store.update(list(dict.fromkeys([seen.session_id, root_id])), mutate)
         if won:
             await ctx.store.append_events(
                 seen.session_id,
                 seen.run_id,
                 [event("session_healed", action=action, workflowStatus=status)],
-                conn,
             )
         return bool(won)
 

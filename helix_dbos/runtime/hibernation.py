@@ -42,7 +42,7 @@ from ..store.store import Fenced, NoChange, guard, now_ms
 from . import names
 from .context import current
 from .entry import ACTIVE_STATUSES
-from .once import commit_once, recorded, step_connection
+from .once import commit_once, recorded
 from .plan import SUSPENDING_KINDS
 from .records import (
     CHILD_ENDS_KEY,
@@ -154,7 +154,6 @@ async def hibernate(
         record["child"] = child
 
     async def body() -> HibernationRecord:
-        conn = await step_connection()
         at = now_ms()
 
         def swap(states: dict[str, SessionState]) -> HibernationRecord:
@@ -189,11 +188,11 @@ async def hibernate(
             }
             return record
 
-        _, decided = await current().store.update([session_id], swap, conn=conn)
+        _, decided = await current().store.update([session_id], swap)
         return decided
 
     try:
-        decided = await commit_once(slot, session_id, run_id, 0, body, lean=True)
+        decided = await commit_once(slot, session_id, run_id, 0, body)
     except Fenced as fenced:
         if await recorded(names.turn_slot(workflow_id, run_id, step, "results")) is not None:
             # The submit that completed the batch committed its results already (early, as

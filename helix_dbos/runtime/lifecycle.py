@@ -49,14 +49,13 @@ from ..errors import (
     RequestValidationError,
     SessionNotFoundError,
 )
-from ..store.connection import AsyncConnection
 from ..store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
 from ..store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
 from . import names, notes
 from .context import current, workflow_task
 from .entry import ACTIVE_STATUSES
 from .model_step import pending_entries, start_events
-from .once import FENCED, exactly_once, step_connection
+from .once import FENCED, exactly_once
 from .plan import plan_calls
 from .records import (
     STASH_KEY,
@@ -135,7 +134,6 @@ def plan_rewind(agent: Any, target: list[LogRow], live: list[LogRow] | None = No
 
 
 async def _reshape(
-    conn: AsyncConnection,
     session_id: str,
     run_id: str,
     live: list[LogRow],
@@ -152,7 +150,7 @@ async def _reshape(
         and desired[k].message_id == live[k].message_id  # type: ignore[union-attr]
     ):
         k += 1
-    await mark_rewound(conn, [r.message_id for r in live[k:]], marker, datetime.now(UTC))
+    await mark_rewound([r.message_id for r in live[k:]], marker, datetime.now(UTC))
     new: list[Message] = []
     for item in desired[k:]:
         if isinstance(item, LogRow):
@@ -160,7 +158,7 @@ async def _reshape(
             new.append(item.message.model_copy(update={"meta": meta}))
         else:
             new.append(item)
-    await current().store.append_messages(session_id, run_id, new, conn)
+    await current().store.append_messages(session_id, run_id, new)
     return len(live) - k, len(new)
 
 
@@ -175,7 +173,7 @@ def _no_checkpoint(session_id: str, checkpoint_id: str) -> SessionNotFoundError:
 
 
 async def _target(
-    conn: AsyncConnection, session_id: str, rows: list[LogRow], checkpoint_id: str | None
+    session_id: str, rows: list[LogRow], checkpoint_id: str | None
 ) -> list[LogRow] | None:
     """The conversation at ``checkpoint_id`` (``None`` without one).
 
@@ -184,7 +182,7 @@ async def _target(
     """
     if checkpoint_id is None:
         return None
-    found = await list_checkpoints(conn, session_id, checkpoint_id)
+    found = await list_checkpoints(session_id, checkpoint_id)
     if not found:
         raise _no_checkpoint(session_id, checkpoint_id)
     return conversation_at(rows, found[0])
@@ -273,17 +271,16 @@ async def apply_lifecycle(
         HelixError: a typed refusal; nothing is written.
     """
     ctx = current()
-    conn = await step_connection()
-    state = await ctx.store.get(session_id, conn)
+    state = await ctx.store.get(session_id)
     _refuse_status(state, op)
-    rows = await load_rows(conn, session_id)
+    rows = await load_rows(session_id)
     live = [r for r in rows if r.rewound_at is None]
-    target = await _target(conn, session_id, rows, checkpoint_id)
+    target = await _target(session_id, rows, checkpoint_id)
     agent = ctx.registry.get(state.agent_type)
     plan = _plan(agent, state, rows, run_id, op, message, target)
     checkpoint = {"checkpointId": checkpoint_id} if checkpoint_id else {}
     marker = {"op": op, "runId": run_id, **checkpoint}
-    rewound, restored = await _reshape(conn, session_id, run_id, live, plan.desired, marker)
+    rewound, restored = await _reshape(session_id, run_id, live, plan.desired, marker)
 
     call_plan = plan_calls(agent, plan.batch) if plan.batch else []
     at = int(datetime.now(UTC).timestamp() * 1000)
@@ -291,7 +288,7 @@ async def apply_lifecycle(
         call_plan, run_id, at, int(agent.completed_tombstone_retention * 1000)
     )
     commit = _commit(session_id, run_id, workflow_id, plan, entries)
-    await ctx.store.update([session_id], commit, attempts=PENDING_CLEAR_ATTEMPTS, conn=conn)
+    await ctx.store.update([session_id], commit, attempts=PENDING_CLEAR_ATTEMPTS)
     new_events = [
         event(
             "rewound",
@@ -307,8 +304,8 @@ async def apply_lifecycle(
     new_events += start_events(call_plan, entries)
     if entries:
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
-    await ctx.store.append_events(session_id, run_id, new_events, conn)
-    await notes.write(conn, notes.park_rows(session_id, state.root_session_id, call_plan, entries))
+    await ctx.store.append_events(session_id, run_id, new_events)
+    await notes.write(notes.park_rows(session_id, state.root_session_id, call_plan, entries))
     committed = _restored_step(agent, plan, call_plan, entries)
     return {"ended": plan.ended, "committed": committed, "agentType": state.agent_type}
 
@@ -437,9 +434,9 @@ async def checkpoints_of(store: SessionStore, session_id: str) -> list[dict[str,
         SessionNotFoundError: no such session.
     """
     await store.get(session_id)
-    async with store.engine.connect() as conn:
-        rows = await load_rows(conn, session_id)
-        found = await list_checkpoints(conn, session_id)
+    async with store.reading():
+        rows = await load_rows(session_id)
+        found = await list_checkpoints(session_id)
     out: list[dict[str, Any]] = []
     for cp in found:
         at = conversation_at(rows, cp)
@@ -462,6 +459,6 @@ async def require_checkpoint(session_id: str, checkpoint_id: str) -> None:
     Raises:
         SessionNotFoundError: the session has no such checkpoint.
     """
-    async with current().store.engine.connect() as conn:
-        if not await list_checkpoints(conn, session_id, checkpoint_id):
+    async with current().store.reading():
+        if not await list_checkpoints(session_id, checkpoint_id):
             raise _no_checkpoint(session_id, checkpoint_id)

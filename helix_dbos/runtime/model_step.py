@@ -21,12 +21,12 @@ from ..errors import HelixError, ProviderError, SessionNotFoundError, with_detai
 from ..observability import approval_metrics, metrics
 from ..observability.log import log_event
 from ..store.faults import is_transient
-from ..store.store import OWNERSHIP_ATTEMPTS, Fenced, NoChange, Prior, guard, now_ms
+from ..store.store import OWNERSHIP_ATTEMPTS, Fenced, NoChange, guard, now_ms
 from . import names, notes
 from .context import current
 from .deltas import DeltaStream
 from .handover import EntryInputs
-from .once import FENCED, after_commit, commit_once, step_connection
+from .once import FENCED, after_commit, commit_once
 from .plan import SUSPENDING_KINDS, plan_calls
 from .records import FencedResult, ModelStepResult, PlanItem, TurnSummary
 from .steps import ending
@@ -142,7 +142,7 @@ async def _model_once(
         # The row as read before the model call: the commit swaps from it (no second read)
         # and a commit that finds it changed (a stop, a new message) reads it again, locked.
         committed = await _commit_answer(
-            slot, session_id, root_session_id, run_id, step, answer, Prior(state)
+            slot, session_id, root_session_id, run_id, step, answer, state
         )
     except Fenced as fenced:
         # Stopped or superseded while the model ran: nothing is written, the answer dropped.
@@ -184,9 +184,10 @@ async def _commit_answer(
     run_id: str,
     step: int,
     answer: _Answer,
-    prior: Prior,
+    read: SessionState,
 ) -> ModelStepResult:
-    """Commit ``answer`` under ``slot``, exactly once (``_commit_model``'s transaction).
+    """Commit ``answer`` under ``slot``, exactly once (``_commit_model``'s transaction), from
+    the session's row as ``read`` before the model call.
 
     Raises:
         Fenced: the run was stopped or superseded while the model ran.
@@ -203,7 +204,6 @@ async def _commit_answer(
             answer.retention_ms,
             answer.final_summary,
             answer.last_delta,
-            prior,
         )
         return {
             "response": answer.model["response"],
@@ -223,7 +223,7 @@ async def _commit_answer(
         failed_event="client_tool.ownership_write_failed",
         session_ids=list(dict.fromkeys([session_id, root_session_id])),
         read_first=False,  # read just before the model call
-        lean=True,
+        read=(read,),
     )
 
 
@@ -318,7 +318,6 @@ async def _commit_model(
     retention_ms: int,
     final_summary: TurnSummary | None = None,
     last_delta: dict[str, Any] | None = None,
-    prior: Prior | None = None,
 ) -> dict[str, Any]:
     """Commit the assistant message, its events and usage, and register suspending calls.
 
@@ -330,14 +329,12 @@ async def _commit_model(
         ``{"deadlines": {toolCallId: deadlineAt}}`` for the calls the turn will park on.
     """
     ctx = current()
-    conn = await step_connection()
     response = LLMResponse.model_validate(model["response"])
     at = now_ms()
     await ctx.store.append_messages(
         session_id,
         run_id,
         [Message(role="assistant", content=response.text, tool_calls=response.tool_calls)],
-        conn,
     )
     await ctx.store.record_usage(
         [
@@ -349,8 +346,7 @@ async def _commit_model(
                 llm_name=model.get("llm", "llm"),
                 at_ms=at,
             )
-        ],
-        conn,
+        ]
     )
     entries = pending_entries(plan, run_id, at, retention_ms)
 
@@ -368,7 +364,7 @@ async def _commit_model(
         for tcid in entries:
             root.ownership[tcid] = session_id
 
-    await ctx.store.update([session_id, root_session_id], register, conn=conn, prior=prior)
+    await ctx.store.update([session_id, root_session_id], register)
     new_events: list[dict[str, Any]] = [last_delta] if last_delta is not None else []
     if response.text:
         new_events.append(event("text", text=response.text, step=step))
@@ -378,9 +374,9 @@ async def _commit_model(
     if final_summary is not None:
         new_events.append(event("turn_end", outcome="completed", text=response.text))
         after_commit(lambda: approval_metrics.record_turn("completed"))
-    await ctx.store.append_events(session_id, run_id, new_events, conn)
+    await ctx.store.append_events(session_id, run_id, new_events)
     # The hooks' events of the parked calls, in this transaction (``notes.py``).
-    await notes.write(conn, notes.park_rows(session_id, root_session_id, plan, entries))
+    await notes.write(notes.park_rows(session_id, root_session_id, plan, entries))
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
 
 

@@ -18,7 +18,6 @@ from typing import Any, Final, Literal
 
 from ..core.session import PendingCall, SessionState
 from ..store import outbox
-from ..store.connection import AsyncConnection
 from . import names
 from .context import current
 from .once import after_commit
@@ -41,15 +40,13 @@ NotificationKind = Literal["pending", "deadline_near", "expired", "resolved"]
 KINDS: Final[tuple[NotificationKind, ...]] = ("pending", "deadline_near", "expired", "resolved")
 
 
-async def write(
-    conn: AsyncConnection, rows: list[dict[str, Any]], *, in_commit: bool = True
-) -> None:
-    """Write ``rows`` in ``conn``'s transaction; ``in_commit``: inside an exactly-once commit,
+async def write(rows: list[dict[str, Any]], *, in_commit: bool = True) -> None:
+    """Write ``rows`` in the unit of work; ``in_commit``: inside an exactly-once commit,
     whose landing wakes this process's dispatcher (it delivers them without waiting for its
     next poll)."""
     if not rows:
         return
-    await outbox.queue(conn, rows)
+    await outbox.queue(rows)
     if in_commit:
         after_commit(_wake)
 

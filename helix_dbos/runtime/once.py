@@ -9,8 +9,8 @@ reads the winner's result. So the checkpoint alone makes the commit exactly-once
 layout 2 (``names.TURN_LAYOUT``) the commit is plain workflow code under ``names.turn_slot``;
 in layout 1 it is a DBOS step (slot ``<workflow id>:<step id>:<kind>``) that DBOS records too.
 
-The transaction is the store's ``transact``: it is bound to the task, so every store call the
-body makes joins it (a write cannot miss the step's connection), it is retried as a whole on a
+The transaction is the store's unit of work, ``transact``: every store call the body makes
+joins it (a write cannot miss the step's connection), it is retried as a whole on a
 lost race or a transient database fault, and a failed guard (``Fenced``: the run was stopped
 or superseded) rolls it back so the step writes nothing.
 """
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from dbos import DBOS
 
-from ..store.connection import AsyncConnection, IntegrityError
+from ..core.session import SessionState
+from ..store.connection import IntegrityError
 from ..store.store import PENDING_CLEAR_ATTEMPTS, Fenced
 from .context import current
 from .records import FENCED_KEY, CheckpointKind, FencedResult
@@ -38,7 +39,6 @@ __all__ = [
     "exactly_once",
     "marker",
     "recorded",
-    "step_connection",
 ]
 
 R = TypeVar("R")
@@ -73,13 +73,6 @@ def _run_effects(effects: list[Callable[[], None]]) -> None:
             continue
 
 
-async def step_connection() -> AsyncConnection:
-    """The transaction of the exactly-once step being committed."""
-    conn = current().store.bound()
-    assert conn is not None, "only inside an exactly-once step commit"
-    return conn
-
-
 def marker(kind: CheckpointKind) -> str:
     """The checkpoint id of this step's writes: its slot in its workflow (replay-stable)."""
     return f"{DBOS.workflow_id}:{DBOS.step_id}:{kind}"
@@ -102,7 +95,7 @@ async def commit_once(
     failed_event: str | None = None,
     session_ids: list[str] | None = None,
     read_first: bool = True,
-    lean: bool = False,
+    read: Sequence[SessionState] = (),
 ) -> R:
     """Run ``body``'s writes and the checkpoint holding its result in one transaction.
 
@@ -111,8 +104,8 @@ async def commit_once(
     first attempt's read of the slot: for a body whose writes cannot land twice (its guard
     fails once it has committed, or the checkpoint's key refuses the second), the slot is read
     only when the body is fenced or the checkpoint already exists. A retried attempt always
-    reads: the commit it retries may have landed.
-    ``lean``: the body's writes all go through the store's queue (``SessionStore.transact``).
+    reads: the commit it retries may have landed. ``read``: session rows read before, which
+    the body's updates swap from (``SessionStore.transact``).
 
     ``body`` may run several times (the transaction is retried as a whole); it writes only
     through the store (which joins the bound transaction) and logs nothing.
@@ -124,12 +117,12 @@ async def commit_once(
     attempts_made = 0
     effects: list[Callable[[], None]] = []
 
-    async def attempt(conn: AsyncConnection) -> R:
+    async def attempt() -> R:
         nonlocal attempts_made
         attempts_made += 1
         effects.clear()  # what an attempt rolled back asked for is not done
         if read_first or attempts_made > 1:
-            done = await store.get_checkpoint(slot, conn)
+            done = await store.get_checkpoint(slot)
             if done is not None:
                 return done["state"]["result"]  # type: ignore[no-any-return]
         with store.pointing(session_id, slot) as pointed:
@@ -143,7 +136,6 @@ async def commit_once(
             state={"result": result},
             checkpoint_id=slot,
             pointed=pointed.done,
-            conn=conn,
         )
         return result
 
@@ -151,11 +143,11 @@ async def commit_once(
     try:
         committed = await store.transact(
             attempt,
+            read=read,
             attempts=attempts,
             retry_event=retry_event,
             failed_event=failed_event,
             log_fields={"sessionIds": session_ids or [session_id]},
-            lean=lean,
         )
         _run_effects(effects)
         return committed
@@ -206,11 +198,9 @@ class OnceStep(Generic[P, R]):
         retry_event: str | None,
         failed_event: str | None,
         read_first: bool,
-        lean: bool = False,
     ) -> None:
         self._fn = fn
         self._read_first = read_first
-        self._lean = lean
         self._kind = kind
         self._signature = inspect.signature(fn)
         self._session_param = session_param
@@ -241,7 +231,6 @@ class OnceStep(Generic[P, R]):
                 failed_event=self._failed_event,
                 session_ids=_session_ids(bound, self._session_param),
                 read_first=self._read_first,
-                lean=self._lean,
             )
         except Fenced as fenced:
             return {FENCED: fenced.reason}
@@ -256,10 +245,9 @@ def exactly_once(
     retry_event: str | None = None,
     failed_event: str | None = None,
     read_first: bool = True,
-    lean: bool = False,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], OnceStep[P, R]]:
     """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``.
-    ``read_first`` and ``lean``: see ``commit_once``.
+    ``read_first``: see ``commit_once``.
 
     The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
     (bound by name, so positional and keyword calls file the same). A fenced commit returns
@@ -276,7 +264,6 @@ def exactly_once(
             retry_event=retry_event,
             failed_event=failed_event,
             read_first=read_first,
-            lean=lean,
         )
 
     return wrap

@@ -198,13 +198,13 @@ async def deliver(
     *,
     owner: SessionOwner | None = None,
     parent: tuple[str, str] | None = None,
-    within: Callable[[Any], Awaitable[None]] | None = None,
+    within: Callable[[], Awaitable[None]] | None = None,
 ) -> Entered:
     """Claim ``session_id`` for ``run_id`` and hand the turn to its live workflow, or start one.
 
     ``owner``: recorded if the session is created. ``parent``: ``(parent, root)`` of a
-    companion's session, recorded if it is created. ``within``: called first in the
-    transaction, with its connection (a companion's send fences its parent there).
+    companion's session, recorded if it is created. ``within``: called first in the unit of
+    work (a companion's send fences its parent there).
 
     Raises:
         AgentAlreadyRunningError: a turn of the session is running or parked (as for a
@@ -213,10 +213,10 @@ async def deliver(
     store = ctx.store
     stale = await _stale_mark(ctx, session_id)
 
-    async def body(conn: Any) -> tuple[SessionState, str, Delivery, str]:
+    async def body() -> tuple[SessionState, str, Delivery, str]:
         if within is not None:
-            await within(conn)
-        existing = await store.load(session_id, conn)
+            await within()
+        existing = await store.load(session_id)
         live: str | None = None
         if existing is not None:
             # Read the mark holding the row (FOR UPDATE on Postgres, the write lock on SQLite)
@@ -224,14 +224,12 @@ async def deliver(
             _, live = await store.update(
                 [session_id],
                 lambda states: _no_change(live_workflow(states[session_id])),
-                conn=conn,
             )
             if live is not None and live == stale:
                 live = None  # start a new workflow instead
         workflow_id = live or names.persistent_workflow_id(session_id, run_id)
         entered = await open_turn(
             store,
-            conn,
             session_id=session_id,
             agent_type=agent_type,
             turn_id=run_id,
@@ -248,7 +246,6 @@ async def deliver(
                 saved, _ = await store.update(
                     [session_id],
                     lambda states: _set_mark(states[session_id], workflow_id),
-                    conn=conn,
                 )
                 state = saved[session_id]
             return state, workflow_id, "started", "none"
@@ -258,7 +255,6 @@ async def deliver(
         try:
             await send_in_transaction(
                 ctx,
-                conn,
                 workflow_id,
                 inbox,
                 names.INBOX_TOPIC,

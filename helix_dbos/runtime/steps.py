@@ -30,7 +30,7 @@ from . import names, notes
 from .context import current
 from .entry import ACTIVE_STATUSES
 from .handover import Resumption
-from .once import after_commit, exactly_once, step_connection
+from .once import after_commit, exactly_once
 from .plan import SUSPENDING_KINDS
 from .records import (
     CHILD_ENDS_KEY,
@@ -80,8 +80,8 @@ async def collect_answers(
     """
     store = current().store
 
-    async def read(conn: Any) -> CollectedAnswers:
-        state = await store.get(session_id, conn)
+    async def read() -> CollectedAnswers:
+        state = await store.get(session_id)
         await_visible(state, woken or {}, now_ms())
         stash: EntryStash | None = state.metadata.get(STASH_KEY)
         abandon = bool(stash and stash.get("abandonPending"))
@@ -170,7 +170,6 @@ def _forget_child_ends(owner: SessionState, plan: list[PlanItem]) -> None:
     # Once committed, the run has moved on (its guard fails) or, for server tools only, the
     # tool results' unique index refuses a second copy: no read of the slot first.
     read_first=False,
-    lean=True,
 )
 async def commit_results(
     session_id: str,
@@ -195,7 +194,7 @@ async def commit_results(
     superseded run writes nothing (``{"fenced": reason}``).
 
     ``resumed``: the session's rows and conversation as read when the turn woke (layout 2):
-    the commit swaps from those rows (``store.Prior``), and is then one statement with no
+    the commit swaps from those rows (``SessionStore.read_earlier``), and is then one statement with no
     transaction around it; it hands the next model step its inputs (``Resumption``).
 
     ``workflow_id``: the workflow that continues a hibernated turn: the session's row names
@@ -206,37 +205,31 @@ async def commit_results(
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
     ctx = current()
-    conn = await step_connection()
     at = now_ms()
     saved: SessionState | None = None
     stash: EntryStash | None = None
     if any(item["kind"] in SUSPENDING_KINDS for item in plan):
         settle = _Settle(session_id, root_session_id, run_id, next_run, plan, given, at)
+        if resumed is not None:
+            ctx.store.read_earlier(resumed.read())
         committed, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id],
-            settle.with_wake(woken, workflow_id),
-            conn=conn,
-            prior=resumed.prior if resumed is not None else None,
+            [session_id, root_session_id], settle.with_wake(woken, workflow_id)
         )
         saved = committed[session_id]
     else:
-        await ctx.store.update(
-            [session_id], _fence(session_id, run_id, plan, workflow_id, at), conn=conn
-        )
+        await ctx.store.update([session_id], _fence(session_id, run_id, plan, workflow_id, at))
         results = [given[item["toolCallId"]] for item in plan]
     message = stash.get("message") if stash else None
     new_messages = [tool_result_message(r) for r in results]
     if message:
         # The message is the continuation run's own input (a retry of that run finds it).
         new_messages.append(mark_entry_input(Message(role="user", content=message), next_run))
-    await ctx.store.append_messages(session_id, run_id, new_messages, conn)
+    await ctx.store.append_messages(session_id, run_id, new_messages)
     suspended = [r for r in results if r.get("suspended")]
-    await ctx.store.record_usage(_wait_rows(session_id, run_id, suspended, at), conn)
-    await notes.write(
-        conn, notes.settle_rows(session_id, root_session_id, run_id, plan, suspended, at)
-    )
+    await ctx.store.record_usage(_wait_rows(session_id, run_id, suspended, at))
+    await notes.write(notes.settle_rows(session_id, root_session_id, run_id, plan, suspended, at))
     after_commit(lambda: approval_metrics.record_results(suspended))
-    await ctx.store.append_events(session_id, run_id, _end_events(results, message), conn)
+    await ctx.store.append_events(session_id, run_id, _end_events(results, message))
     out: CommittedResults = {"results": results, "stashedMessage": bool(message)}
     if resumed is not None and saved is not None:
         resumed.offer(out, saved, new_messages)
@@ -420,7 +413,7 @@ def ending(status: str, error: TurnError | None) -> Callable[[dict[str, SessionS
 
 
 # Once ended, its guard fails: no read of the slot first.
-@exactly_once(names.FINISH_STEP, "finish", read_first=False, lean=True)
+@exactly_once(names.FINISH_STEP, "finish", read_first=False)
 async def finish_turn(
     session_id: str,
     run_id: str,
@@ -439,7 +432,6 @@ async def finish_turn(
     Fenced like every step commit: a stopped or superseded run records nothing.
     """
     ctx = current()
-    conn = await step_connection()
     status = "completed" if outcome == "completed" else "failed"
     end = ending(status, error)
     root_id = root_session_id or session_id
@@ -452,13 +444,12 @@ async def finish_turn(
         end({session_id: owner})
         return cleared
 
-    _, cleared = await ctx.store.update([session_id, root_id], finish, conn=conn)
-    await notes.write(conn, notes.stop_rows(root_id, [(session_id, e) for e in cleared], at))
+    _, cleared = await ctx.store.update([session_id, root_id], finish)
+    await notes.write(notes.stop_rows(root_id, [(session_id, e) for e in cleared], at))
     await ctx.store.append_events(
         session_id,
         run_id,
         [event("turn_end", outcome=outcome, text=text, **({"error": error} if error else {}))],
-        conn,
     )
     after_commit(lambda: approval_metrics.record_turn(outcome))
     return {"outcome": outcome, "summary": summary}

@@ -26,7 +26,7 @@ from ..core.session import (
 from ..errors import ErrorCode, HelixError, RunSupersededError, SessionNotFoundError
 from ..observability import approval_metrics
 from ..observability.log import log_event
-from ..store.store import NoChange, Prior, RetryTransaction, now_ms
+from ..store.store import NoChange, RetryTransaction, now_ms
 from . import names, notes
 from .batch_job import continue_batch
 from .context import RuntimeContext
@@ -188,15 +188,7 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
     Returns the answer and the call's tool (empty when the call was not found).
     """
     check_shape(sub, ctx)
-    # The root as it is now, unlocked: the transaction swaps from it, so a submit is this read
-    # and one statement. A row changed meanwhile (another answer of the batch) fails the swap,
-    # and the transaction runs again from the root's row locked.
-    root = await ctx.store.load(sub.session_id)
-    if root is None:
-        # No session, no call to answer (one created after this read has no call pending).
-        verdict = _Verdict("unknown", reason="root_state_not_found")
-    else:
-        verdict = await ctx.store.transact(_StoreAndWake(ctx, sub, root), lean=True)
+    verdict = await ctx.store.transact(_StoreAndWake(ctx, sub))
     if verdict.outcome == "accepted":
         return await _accepted(ctx, sub, verdict)
     if verdict.outcome == "duplicate":
@@ -209,20 +201,21 @@ class _StoreAndWake:
     """The submit's transaction: route the call by the root's row, store the answer on the
     owner's entry by compare-and-swap, and enlist its wake-up message with it.
 
-    The root's row is routed from as read before the transaction (``store.Prior``): on the
-    common path a submit is that read and one statement, with no transaction around it. A
+    The root's row is read first, unlocked, and routed from as read: the unit's swap starts
+    from it (``store/unit.py``), so on the common path a submit is that read and one
+    statement, with no transaction around it. A row changed meanwhile (another answer of the
+    batch) fails the swap, and the unit runs again, reading the root's row locked. A
     sub-agent's call locks and reads the owner's row next. The answer and its wake-up commit
     together: no window where one exists without the other. The message carries the
     answer's time, so the woken turn knows which answer to wait for
     (``steps.await_visible``).
     """
 
-    __slots__ = ("_ctx", "_enlist", "_prior", "_sub")
+    __slots__ = ("_ctx", "_enlist", "_sub")
 
-    def __init__(self, ctx: RuntimeContext, sub: Submission, root: SessionState) -> None:
+    def __init__(self, ctx: RuntimeContext, sub: Submission) -> None:
         self._ctx = ctx
         self._sub = sub
-        self._prior = Prior(root)
         self._enlist = ctx.client is not None
 
     def _decide(self, states: dict[str, SessionState], owner_id: str) -> _Verdict:
@@ -245,19 +238,18 @@ class _StoreAndWake:
             raise NoChange(routed)  # a sub-agent's call: its row is locked next
         return self._decide(states, routed)
 
-    async def _store(self, conn: Any) -> tuple[dict[str, SessionState], _Verdict]:
+    async def _store(self) -> tuple[dict[str, SessionState], _Verdict]:
         """The rows as saved and the verdict of the answer on its owner's entry."""
         store = self._ctx.store
+        if await store.load(self._sub.session_id) is None:
+            # No session, no call to answer (one created after this read has no call pending).
+            return {}, _Verdict("unknown", reason="root_state_not_found")
         try:
-            saved, routed = await store.update(
-                [self._sub.session_id], self._at_root, conn=conn, prior=self._prior
-            )
+            saved, routed = await store.update([self._sub.session_id], self._at_root)
             if not isinstance(routed, str):
                 return saved, routed
             owner_id = routed
-            return await store.update(
-                [owner_id], lambda states: self._decide(states, owner_id), conn=conn
-            )
+            return await store.update([owner_id], lambda states: self._decide(states, owner_id))
         except SessionNotFoundError as missing:
             reason = (
                 "root_state_not_found"
@@ -266,8 +258,8 @@ class _StoreAndWake:
             )
             return {}, _Verdict("unknown", reason=reason)
 
-    async def __call__(self, conn: Any) -> _Verdict:
-        saved, verdict = await self._store(conn)
+    async def __call__(self) -> _Verdict:
+        saved, verdict = await self._store()
         if verdict.outcome != "accepted":
             return verdict
         assert verdict.owner is not None and verdict.entry is not None
@@ -275,12 +267,12 @@ class _StoreAndWake:
         tcid = self._sub.tool_call_id
         # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
         await notes.write(
-            conn, notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
+            notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
         )
-        sent = await self._wake(conn, owner, verdict)
+        sent = await self._wake(owner, verdict)
         return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
 
-    async def _wake(self, conn: Any, owner: SessionState, verdict: _Verdict) -> str:
+    async def _wake(self, owner: SessionState, verdict: _Verdict) -> str:
         """Enlist the answer's wake-up in the transaction; how it went (``_Verdict.sent``)."""
         if mark_of(owner) is not None:
             return "hibernated"  # no workflow waits: the continuation starts after the commit
@@ -293,7 +285,6 @@ class _StoreAndWake:
         try:
             await send_in_transaction(
                 self._ctx,
-                conn,
                 owner.workflow_id,
                 _answer_message(tcid, verdict.at),
                 names.tool_result_topic(tcid),

@@ -7,7 +7,7 @@ NOTIFY round trip (and up to a whole polling interval on SQLite). If DBOS's inte
 change shape, the fast path quietly does nothing and the durable path still wakes the turn.
 
 A message that must commit with the store's writes (a submit's answer, a persistent session's
-inbox entry) is enlisted in the store's transaction instead (``send_in_transaction``).
+inbox entry) is enlisted in the store's unit of work instead (``send_in_transaction``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from typing import Any
 
 from ..errors import StaleStateError
 from ..observability.log import log_event
-from ..store.batch import current_batch, settle
-from ..store.connection import AsyncConnection
+from ..store import dbos_messages
 from .context import RuntimeContext
 from .records import InboxMessage, TurnMessage
 
@@ -66,23 +65,22 @@ class SendNotEnlisted(Exception):
 
 async def send_in_transaction(
     ctx: RuntimeContext,
-    conn: AsyncConnection,
     workflow_id: str,
     message: TurnMessage | InboxMessage,
     topic: str,
     key: str,
     **log_fields: Any,
 ) -> None:
-    """Enlist the message in the caller's store transaction: it becomes visible exactly when
-    the answer commits (``enlist``).
+    """Enlist the message in the store's unit of work bound to the task: it becomes visible
+    exactly when the answer commits (``enlist``).
 
     No savepoint (two round trips on every submit): a failure is logged as
     ``client_tool.send_event_failed`` and raised as ``SendNotEnlisted``; the caller runs its
-    transaction again without the send and sends after the commit instead. A lost
-    compare-and-swap of the transaction's own writes is raised as it is.
+    unit again without the send and sends after the commit instead. A lost compare-and-swap
+    of the unit's own writes is raised as it is.
     """
     try:
-        await enlist(ctx, conn, workflow_id, message, topic, key)
+        await enlist(ctx, workflow_id, message, topic, key)
     except StaleStateError:
         raise
     except Exception as exc:
@@ -98,34 +96,16 @@ async def send_in_transaction(
 
 async def enlist(
     ctx: RuntimeContext,
-    conn: AsyncConnection,
     workflow_id: str,
     message: TurnMessage | InboxMessage,
     topic: str,
     key: str,
 ) -> None:
-    """Write the message to ``workflow_id`` in ``conn``'s transaction, keyed as
-    ``DBOS.send(..., idempotency_key=key)`` keys it, and send the transaction's writes: the
-    message is the transaction's last write (nothing may be sent after it).
-
-    On Postgres the message row rides in the transaction's one statement (``WriteBatch``),
-    in DBOS's row format, which ``store/dbos_messages.py`` alone knows (a duplicate key is
-    dropped as DBOS drops it). Elsewhere (SQLite) DBOS's public
-    ``DBOSClient.send_in_transaction`` writes it.
+    """Write the message to ``workflow_id`` in the unit of work, as the unit's last write,
+    keyed as ``DBOS.send(..., idempotency_key=key)`` keys it (``store/dbos_messages.py`` owns
+    DBOS's row format).
 
     Raises:
         sqlalchemy.exc.IntegrityError: ``workflow_id`` does not exist (Postgres).
     """
-    batch = current_batch(conn)
-    if batch is not None:
-        batch.notify(workflow_id, topic, message, key)
-        # The transaction's last write (both callers enlist last): alone, it needs no BEGIN.
-        await batch.flush(last=True)
-        return
-    client = ctx.client
-    assert client is not None, "no DBOS client to enlist with"
-    # The store's queued writes (the answer) go first: the message follows them.
-    await settle(conn)
-    await conn.run_sync(
-        lambda sync_conn: client.send_in_transaction(sync_conn, workflow_id, message, topic, key)
-    )
+    await dbos_messages.enlist(workflow_id, message, topic, key, ctx.client)

@@ -64,7 +64,6 @@ async def resume_inputs(
     session_id: str,
     session_ids: Sequence[str],
     conn: AsyncConnection | None,
-    apart: bool,
 ) -> tuple[dict[str, SessionState], list[Message]]:
     """The rows of ``session_ids`` and ``session_id``, and ``session_id``'s conversation.
 
@@ -72,7 +71,7 @@ async def resume_inputs(
         SessionNotFoundError: ``session_id`` does not exist.
     """
     ids = list(dict.fromkeys([session_id, *session_ids]))
-    states, history = await paths.resume_inputs(session_id, ids, conn, apart)
+    states, history = await paths.resume_inputs(session_id, ids, conn)
     if session_id not in states:
         raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
     return states, history

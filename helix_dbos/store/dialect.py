@@ -36,9 +36,8 @@ class Paths(Protocol):
 
     async def attempt(
         self,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[], Awaitable[T]],
         *,
-        lean: bool,
         committed: Callable[[WriteBatch], None],
     ) -> T:
         """One attempt of ``transact``'s transaction, bound to the task, committed."""
@@ -66,7 +65,7 @@ class Paths(Protocol):
         """A model step's inputs."""
 
     async def resume_inputs(
-        self, session_id: str, ids: list[str], conn: AsyncConnection | None, apart: bool
+        self, session_id: str, ids: list[str], conn: AsyncConnection | None
     ) -> tuple[dict[str, SessionState], list[Message]]:
         """A woken turn's rows and its own conversation."""
 

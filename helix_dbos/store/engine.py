@@ -20,7 +20,7 @@ from ..config import parse_database_url
 from . import pg, sqlite
 from .batch import STATES, settle
 
-__all__ = ["POSTGRES", "StoreEngine", "bind", "bound", "open_engine", "unbind"]
+__all__ = ["POSTGRES", "StoreEngine", "bind", "bound", "joined", "open_engine", "unbind"]
 
 #: The dialect name of Postgres (the other one the store runs on is ``sqlite``).
 POSTGRES = "postgresql"
@@ -31,6 +31,13 @@ _bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", defaul
 def bound() -> AsyncConnection | None:
     """The transaction bound to the running task, if any."""
     return _bound.get()
+
+
+def joined() -> AsyncConnection:
+    """The unit of work bound to the running task (for the store's own statements in it)."""
+    conn = _bound.get()
+    assert conn is not None, "only inside a unit of work (SessionStore.transact)"
+    return conn
 
 
 def bind(conn: AsyncConnection) -> Token[AsyncConnection | None]:
@@ -114,6 +121,21 @@ class StoreEngine:
         async with self.engine.connect() as new_conn:
             await new_conn.execution_options(isolation_level="AUTOCOMMIT")
             yield new_conn
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Within this block, the store's functions read in the unit of work bound to the task
+        or, bound to none, on one autocommit connection bound to the task for the block."""
+        if _bound.get() is not None:
+            yield
+            return
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            token = bind(conn)
+            try:
+                yield
+            finally:
+                unbind(token)
 
     @asynccontextmanager
     async def transaction(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:

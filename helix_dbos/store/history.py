@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.messages import Message
 from .batch import CHECKPOINTS, MESSAGES, settle
+from .engine import joined
 from .schema import checkpoints, messages
 
 __all__ = [
@@ -78,8 +78,10 @@ def checkpoint_kind(checkpoint_id: str) -> str:
     return checkpoint_id.rpartition(":")[2]
 
 
-async def load_rows(conn: AsyncConnection, session_id: str) -> list[LogRow]:
-    """Every row of the session, marked or not, oldest first."""
+async def load_rows(session_id: str) -> list[LogRow]:
+    """Every row of the session, marked or not, oldest first (in the unit of work, or in
+    ``SessionStore.reading``)."""
+    conn = joined()
     await settle(conn, (MESSAGES,))
     rows = (
         await conn.execute(
@@ -97,12 +99,12 @@ async def load_rows(conn: AsyncConnection, session_id: str) -> list[LogRow]:
     return out
 
 
-async def mark_rewound(
-    conn: AsyncConnection, message_ids: list[int], marker: dict[str, Any], at: datetime
-) -> None:
-    """Take rows out of the conversation (kept for audit): ``content.rewound`` is set."""
+async def mark_rewound(message_ids: list[int], marker: dict[str, Any], at: datetime) -> None:
+    """Take rows out of the conversation (kept for audit): ``content.rewound`` is set, in the
+    unit of work."""
     if not message_ids:
         return
+    conn = joined()
     await settle(conn, (MESSAGES,))
     rows = (
         await conn.execute(
@@ -131,9 +133,11 @@ def conversation_at(rows: list[LogRow], checkpoint: CheckpointRow) -> list[LogRo
 
 
 async def list_checkpoints(
-    conn: AsyncConnection, session_id: str, checkpoint_id: str | None = None
+    session_id: str, checkpoint_id: str | None = None
 ) -> list[CheckpointRow]:
-    """The session's checkpoints, newest first (or the one named, if it is the session's)."""
+    """The session's checkpoints, newest first (or the one named, if it is the session's), in
+    the unit of work or in ``SessionStore.reading``."""
+    conn = joined()
     await settle(conn, (CHECKPOINTS,))
     query = sa.select(
         checkpoints.c.checkpoint_id,

@@ -24,9 +24,9 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .batch import OUTBOX, current_batch, settle
+from .engine import joined
 from .schema import notifications
 from .store import SessionStore
 
@@ -84,8 +84,8 @@ def _row(found: Any) -> OutboxRow:
     return OutboxRow(**{c.name: getattr(found, c.name) for c in _n.columns})
 
 
-async def queue(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    """Write notification rows in ``conn``'s transaction; a row whose key exists is dropped.
+async def queue(rows: Sequence[dict[str, Any]]) -> None:
+    """Write notification rows in the unit of work; a row whose key exists is dropped.
 
     ``rows``: ``{event_key, kind, session_id, root_session_id, run_id, tool_call_id,
     tool_name, payload, created_at, due_at}``. On Postgres inside a transaction of the store
@@ -93,6 +93,7 @@ async def queue(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
     """
     if not rows:
         return
+    conn = joined()
     batch = current_batch(conn)
     if batch is not None:
         batch.outbox([dict(r) for r in rows])
@@ -122,15 +123,13 @@ async def any_due(store: SessionStore, *, now: int, kinds: Iterable[str]) -> boo
     return found is not None
 
 
-async def claim(
-    conn: AsyncConnection, *, now: int, lease_until: int, kinds: Iterable[str], limit: int
-) -> list[OutboxRow]:
-    """Take up to ``limit`` due rows of ``kinds``, oldest due first, in ``conn``'s
-    transaction: each is due again at ``lease_until`` and counts one more attempt (the
+async def claim(*, now: int, lease_until: int, kinds: Iterable[str], limit: int) -> list[OutboxRow]:
+    """Take up to ``limit`` due rows of ``kinds``, oldest due first, in the unit of work: each is due again at ``lease_until`` and counts one more attempt (the
     returned rows carry the new count). Rows another transaction holds are passed over."""
     wanted = list(kinds)
     if not wanted:
         return []
+    conn = joined()
     await settle(conn, (OUTBOX,))
     # SQLite has one writer at a time: no FOR UPDATE clause there.
     due = _due(now, wanted).limit(limit).with_for_update(skip_locked=True)
@@ -143,43 +142,37 @@ async def claim(
     return sorted((_row(r) for r in taken), key=lambda r: (r.created_at, r.id))
 
 
-async def _settle(
-    store: SessionStore, row_id: int, conn: AsyncConnection | None, **values: Any
-) -> None:
+async def _settle(store: SessionStore, row_id: int, **values: Any) -> None:
+    """Set ``values`` on a queued row, in the unit of work bound to the task or in one of its
+    own."""
     stmt = _n.update().where(_n.c.id == row_id, _n.c.state == QUEUED).values(**values)
-    if conn is not None:
+
+    async def body() -> None:
+        conn = joined()
         await settle(conn, (OUTBOX,))
         await conn.execute(stmt)
-        return
-
-    async def body(c: AsyncConnection) -> None:
-        await c.execute(stmt)
 
     await store.transact(body)
 
 
-async def deliver(
-    store: SessionStore, row_id: int, at: int, conn: AsyncConnection | None = None
-) -> None:
+async def deliver(store: SessionStore, row_id: int, at: int) -> None:
     """Settle a row as delivered (its hooks returned)."""
-    await _settle(store, row_id, conn, state=DELIVERED, settled_at=at)
+    await _settle(store, row_id, state=DELIVERED, settled_at=at)
 
 
-async def skip(
-    store: SessionStore, row_id: int, at: int, conn: AsyncConnection | None = None
-) -> None:
+async def skip(store: SessionStore, row_id: int, at: int) -> None:
     """Settle a row with nothing to tell."""
-    await _settle(store, row_id, conn, state=SKIPPED, settled_at=at)
+    await _settle(store, row_id, state=SKIPPED, settled_at=at)
 
 
 async def retry(store: SessionStore, row_id: int, due_at: int, error: str) -> None:
     """Leave a row queued, due again at ``due_at``, with the error of the failed attempt."""
-    await _settle(store, row_id, None, due_at=due_at, last_error=error)
+    await _settle(store, row_id, due_at=due_at, last_error=error)
 
 
 async def give_up(store: SessionStore, row_id: int, at: int, error: str) -> None:
     """Settle a row whose hook failed every attempt."""
-    await _settle(store, row_id, None, state=GAVE_UP, settled_at=at, last_error=error)
+    await _settle(store, row_id, state=GAVE_UP, settled_at=at, last_error=error)
 
 
 async def purge(store: SessionStore, settled_before: int, limit: int = 1000) -> int:
@@ -191,8 +184,8 @@ async def purge(store: SessionStore, settled_before: int, limit: int = 1000) -> 
         .scalar_subquery()
     )
 
-    async def body(conn: AsyncConnection) -> int:
-        done = await conn.execute(_n.delete().where(_n.c.id.in_(old)))
+    async def body() -> int:
+        done = await joined().execute(_n.delete().where(_n.c.id.in_(old)))
         return int(done.rowcount or 0)
 
     return await store.transact(body)
@@ -208,7 +201,7 @@ async def list_rows(
     if kind is not None:
         query = query.where(_n.c.kind == kind)
 
-    async def body(conn: AsyncConnection) -> list[OutboxRow]:
-        return [_row(r) for r in await conn.execute(query)]
+    async def body() -> list[OutboxRow]:
+        return [_row(r) for r in await joined().execute(query)]
 
     return await store.transact(body)

@@ -328,6 +328,11 @@ class LeanPool:
             await driver.close()
 
 
+class NeedsEngine(BaseException):  # a control-flow signal; no ``except Exception`` eats it
+    """A statement of SQLAlchemy's was asked of a ``LeanTransaction``: the unit of work runs
+    again, whole, on a SQLAlchemy connection (``pg_paths.PostgresPaths.attempt``)."""
+
+
 class LeanTransaction:
     """A transaction on a ``LeanPool`` connection, for transactions whose every statement is
     a ``fetch`` (the store's queued writes, row locks, reads), never SQLAlchemy's.
@@ -335,8 +340,9 @@ class LeanTransaction:
     The connection is in autocommit mode: ``BEGIN`` is sent before the first statement that is
     not the transaction's last. A transaction of one statement (the common commit: a flush) is
     then sent alone, as ``fetch_last`` does on SQLAlchemy's connections. It stands in for the
-    ``AsyncConnection`` that the store's methods take (``SessionStore.transact(lean=True)``):
-    ``fetch`` and ``fetch_last`` run on it, and anything of SQLAlchemy's fails on it loudly.
+    ``AsyncConnection`` that the store's functions take: ``fetch`` and ``fetch_last`` run on
+    it, and anything of SQLAlchemy's raises ``NeedsEngine`` (the unit of work then runs on
+    SQLAlchemy instead).
     """
 
     __slots__ = ("began", "driver")
@@ -344,6 +350,11 @@ class LeanTransaction:
     def __init__(self, driver: psycopg.AsyncConnection[Any]) -> None:
         self.driver = driver
         self.began = False
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what is not a slot or a method gets here: SQLAlchemy's ``execute``,
+        # ``run_sync``, ``scalar``... None of it runs on a driver connection.
+        raise NeedsEngine(name)
 
     async def fetch(
         self, sql: str, params: tuple[Any, ...] | dict[str, Any], *, last: bool

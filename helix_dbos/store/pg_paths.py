@@ -21,7 +21,7 @@ from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import SessionNotFoundError
-from . import pg
+from . import pg, unit
 from .batch import ALL, CHECKPOINTS, EVENTS, MESSAGES, STATES, WriteBatch, begin, end, settle
 from .batch import current_batch as batch_of
 from .engine import StoreEngine, bind, bound, unbind
@@ -53,15 +53,13 @@ async def _untouched(conn: AsyncConnection) -> bool:
     return (batch is None or not batch.dirty(ALL)) and await pg.sent_nothing(conn)
 
 
-async def _queued(
-    conn: AsyncConnection, body: Callable[[AsyncConnection], Awaitable[T]]
-) -> tuple[T, WriteBatch]:
+async def _queued(conn: AsyncConnection, body: Callable[[], Awaitable[T]]) -> tuple[T, WriteBatch]:
     """Run ``body`` in ``conn``'s transaction, bound to the task, with its writes queued; then
     send them, in one statement (the whole transaction, if the body sent nothing else)."""
     token = bind(conn)
     batch, queueing = begin(conn)
     try:
-        value = await body(conn)
+        value = await body()
         await batch.flush(last=True)
     finally:
         end(queueing)
@@ -86,15 +84,20 @@ class PostgresPaths:
 
     async def attempt(
         self,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[], Awaitable[T]],
         *,
-        lean: bool,
         committed: Callable[[WriteBatch], None],
     ) -> T:
         """One attempt of ``transact``: its writes queued and sent as one statement before
-        COMMIT; ``lean``, on a driver connection of its own (``pg.LeanTransaction``)."""
-        if lean and self._db.lean_tx is not None:
-            return await self._lean_attempt(body, committed)
+        COMMIT, on a driver connection of its own (``pg.LeanTransaction``: a third of a
+        one-statement commit's CPU). A body that asks for a statement of SQLAlchemy's
+        (``pg.NeedsEngine``) has its attempt rolled back and run again, whole, on one of
+        SQLAlchemy's connections: the body may run several times anyway."""
+        if self._db.lean_tx is not None:
+            try:
+                return await self._lean_attempt(body, committed)
+            except pg.NeedsEngine:
+                unit.drop()
         async with self._db.engine.begin() as conn:
             value, batch = await _queued(conn, body)
         committed(batch)
@@ -102,14 +105,14 @@ class PostgresPaths:
 
     async def _lean_attempt(
         self,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[], Awaitable[T]],
         committed: Callable[[WriteBatch], None],
     ) -> T:
         assert self._db.lean_tx is not None
         async with self._db.lean_tx.lease() as driver:
             tx = pg.LeanTransaction(driver)
             try:
-                # The store's methods take an AsyncConnection; on this one, only ``pg`` runs.
+                # The store's functions take an AsyncConnection; on this one, only ``pg`` runs.
                 value, batch = await _queued(cast(AsyncConnection, tx), body)
                 await tx.commit()
             except BaseException:
@@ -124,19 +127,17 @@ class PostgresPaths:
         sql: str,
         params: tuple[Any, ...] | dict[str, Any],
         reads: Iterable[str] = (STATES,),
-        *,
-        apart: bool = False,
     ) -> list[tuple[Any, ...]]:
         """A read of one statement: in ``conn``'s transaction (or the bound one), the queued
         writes to ``reads`` sent first; else on its own (``pg.LeanPool``).
 
-        ``apart``: on its own too while that transaction has sent and queued nothing, so the
-        read does not open it (one that is then only its flush goes without BEGIN and COMMIT:
-        ``pg.fetch_last``). Only for a caller whose writes swap from what it read
-        (``Prior``): nothing of the read is held by the transaction.
+        A transaction that has sent and queued nothing yet reads on its own too, so the read
+        does not open it (one that is then only its flush goes without BEGIN and COMMIT:
+        ``pg.fetch_last``). Under READ COMMITTED that read sees what the transaction's own
+        first statement would, and holds nothing either way (``lock`` reads in it).
         """
         joined = conn if conn is not None else bound()
-        if joined is not None and not (apart and await _untouched(joined)):
+        if joined is not None and not await _untouched(joined):
             await settle(joined, reads)
             return await pg.fetch(joined, sql, params)
         assert self._db.lean is not None
@@ -194,12 +195,10 @@ class PostgresPaths:
         return pg.state_from_tuple(selected), done, history
 
     async def resume_inputs(
-        self, session_id: str, ids: list[str], conn: AsyncConnection | None, apart: bool
+        self, session_id: str, ids: list[str], conn: AsyncConnection | None
     ) -> tuple[dict[str, SessionState], list[Message]]:
         """A woken turn's rows and its own conversation, in one statement."""
-        found = await self._fetch(
-            conn, pg.RESUME_INPUTS, (session_id, ids), (STATES, MESSAGES), apart=apart
-        )
+        found = await self._fetch(conn, pg.RESUME_INPUTS, (session_id, ids), (STATES, MESSAGES))
         rows: list[tuple[Any, ...]] = []
         history: list[Message] = []
         for *selected, history_rows in found:

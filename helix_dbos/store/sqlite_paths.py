@@ -53,18 +53,17 @@ class SQLitePaths:
 
     async def attempt(
         self,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[], Awaitable[T]],
         *,
-        lean: bool,
         committed: Callable[[WriteBatch], None],
     ) -> T:
         """One attempt of ``transact``: the write lock taken as it opens, the transaction
-        bound to the task, every write sent as it is made (``lean`` and ``committed``: for
-        Postgres's queue, of which SQLite has none)."""
+        bound to the task, every write sent as it is made (``committed``: for Postgres's
+        queue, of which SQLite has none)."""
         async with self._db.begin() as conn:
             token = bind(conn)
             try:
-                return await body(conn)
+                return await body()
             finally:
                 unbind(token)
 
@@ -134,10 +133,9 @@ class SQLitePaths:
         return session_row.decode(row._mapping), done, history
 
     async def resume_inputs(
-        self, session_id: str, ids: list[str], conn: AsyncConnection | None, apart: bool
+        self, session_id: str, ids: list[str], conn: AsyncConnection | None
     ) -> tuple[dict[str, SessionState], list[Message]]:
-        """A woken turn's rows and its own conversation, on one connection (``apart``: for
-        Postgres's reads apart from the transaction)."""
+        """A woken turn's rows and its own conversation, on one connection."""
         async with self._db.read(conn, (STATES, MESSAGES)) as c:
             found = await self.load_many(ids, c)
             history = await self.load_messages(session_id, c)

@@ -1,16 +1,15 @@
 """The async, typed session store: ``SessionStore``, the one object the runtime queries.
 
-Each method takes an optional ``conn``. Without it the method joins the transaction bound to
-the running task, if any, or runs in its own; with it the method joins the caller's
-transaction, which is how the runtime commits session writes in the same transaction as a
-DBOS step checkpoint.
+Every method joins the unit of work bound to the running task (``transact``), if any, or runs
+on its own: callers say what they read and write, never on which connection or how.
 
 ``SessionStore`` is a facade: each of its jobs is a module of its own, named after it.
 
 * ``engine.py``: the engine, Postgres's lean pools, the transaction bound to the task;
 * ``transact.py``: ``transact`` (one transaction, retried whole) and ``patience``;
 * ``sessions.py``: session rows, their compare-and-swap ``save``; ``swap.py``: ``update``
-  (read, mutate, swap), ``Prior``, ``NoChange`` and the ``guard`` fence;
+  (read, mutate, swap), ``NoChange`` and the ``guard`` fence; ``unit.py``: the rows a
+  unit of work read, which its updates swap from;
 * ``conversation.py``, ``events.py``, ``usage.py``, ``checkpoints.py``: the other tables;
 * ``limits.py``: the limit on a row's size;
 * ``dialect.py``: the one dispatch on the database, to ``pg_paths.py`` (Postgres: writes
@@ -33,11 +32,11 @@ from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import SessionNotFoundError
-from . import checkpoints, conversation, events, sessions, swap, usage
+from . import checkpoints, conversation, events, sessions, swap, unit, usage
 from .batch import WriteBatch
 from .dialect import paths_for
 from .engine import StoreEngine, bound, open_engine
-from .swap import Fenced, NoChange, Prior, guard
+from .swap import Fenced, NoChange, guard
 from .transact import (
     OWNERSHIP_ATTEMPTS,
     PENDING_CLEAR_ATTEMPTS,
@@ -55,7 +54,6 @@ __all__ = [
     "REQUEST_PATIENCE_SECONDS",
     "Fenced",
     "NoChange",
-    "Prior",
     "RetryTransaction",
     "SessionStore",
     "UsageRow",
@@ -123,6 +121,11 @@ class SessionStore:
     #: ``checkpoint_id`` (``checkpoints.pointing``).
     pointing = staticmethod(checkpoints.pointing)
 
+    def reading(self) -> AbstractAsyncContextManager[None]:
+        """Within this block, reads of the store's history functions (``history.py``) join
+        the unit of work bound to the task, or share one connection of their own."""
+        return self._db.reading()
+
     @staticmethod
     def bound() -> AsyncConnection | None:
         """The transaction bound to the running task by ``transact``, if any."""
@@ -130,26 +133,31 @@ class SessionStore:
 
     async def transact(
         self,
-        body: Callable[[AsyncConnection], Awaitable[T]],
+        body: Callable[[], Awaitable[T]],
         *,
+        read: Sequence[SessionState] = (),
         attempts: int = PENDING_CLEAR_ATTEMPTS,
         retry_event: str | None = None,
         failed_event: str | None = None,
         log_fields: dict[str, Any] | None = None,
-        lean: bool = False,
     ) -> T:
-        """Run ``body`` in one transaction, bound to the task, and commit it.
+        """Run ``body`` as one unit of work: every store call it makes joins it, and it
+        commits whole or not at all.
 
-        The whole transaction is retried: up to ``attempts`` times on a lost compare-and-swap
-        race (jittered backoff), and on a transient database fault with backoff until the
-        database is back or the caller's ``patience`` is spent. ``body`` must therefore be
-        safe to run several times: it may only write through the connection it is given.
-        Inside an enclosing ``transact`` it simply joins (the outer one retries).
+        The body says what it reads and writes; the store decides how. On Postgres the unit
+        runs on a driver connection of its own, its writes queued and sent as one statement
+        before COMMIT (with no BEGIN or COMMIT when that statement is all it sends), its reads
+        sent apart while it has written nothing; a body that needs a statement of
+        SQLAlchemy's runs again, whole, on SQLAlchemy. On SQLite it takes the write lock as
+        it opens. ``read``: session rows the caller read before the unit began; the unit's
+        first ``update`` of each swaps from it (so does an update of a row the unit read,
+        ``unit.py``), handing it over (it may change in place).
 
-        ``lean``: on Postgres, the transaction runs on a driver connection of its own, not on
-        one of SQLAlchemy's (``pg.LeanTransaction``: a third of a one-statement commit's CPU).
-        Only for a body whose every statement goes through the store's queue and ``pg``'s
-        statements (commits of turns, entries and answers); SQLAlchemy fails on it.
+        The whole unit is retried: up to ``attempts`` times on a lost compare-and-swap race
+        (jittered backoff), and on a transient database fault with backoff until the database
+        is back or the caller's ``patience`` is spent. ``body`` must therefore be safe to run
+        several times: it writes only through the store. Inside an enclosing unit it simply
+        joins (the outer one retries).
 
         Raises:
             StaleStateError: every attempt lost its race (logged as ``failed_event``).
@@ -159,56 +167,67 @@ class SessionStore:
         return await transact(
             self._paths,
             body,
+            read=read,
             attempts=attempts,
             retry_event=retry_event,
             failed_event=failed_event,
             log_fields=log_fields,
-            lean=lean,
             committed=self._committed,
         )
+
+    @staticmethod
+    def read_earlier(states: Iterable[SessionState]) -> None:
+        """Within a unit of work: ``states`` are session rows read before it began (as they
+        were read: their versions). The unit's next ``update`` of each swaps from it, handing
+        it over (see ``transact``'s ``read``)."""
+        unit.remember(states)
 
     def _committed(self, batch: WriteBatch) -> None:
         events.committed(batch, self.on_events)
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def create_session(
-        self, state: SessionState, conn: AsyncConnection | None = None
-    ) -> SessionState:
+    async def create_session(self, state: SessionState) -> SessionState:
         """Insert a new session row (version 0)."""
-        return await sessions.create(self._db, state, conn)
+        unit.forget(state.session_id)
+        return await sessions.create(self._db, state, None)
 
     @read_retried
-    async def load(
-        self, session_id: str, conn: AsyncConnection | None = None
-    ) -> SessionState | None:
+    async def load(self, session_id: str) -> SessionState | None:
         """The session, or ``None``."""
-        return await self._paths.load(session_id, conn)
+        state = await self._paths.load(session_id, None)
+        if state is not None:
+            unit.remember((state,))
+        return state
 
-    async def get(self, session_id: str, conn: AsyncConnection | None = None) -> SessionState:
+    async def get(self, session_id: str) -> SessionState:
         """The session.
 
         Raises:
             SessionNotFoundError: no such session.
         """
-        state = await self.load(session_id, conn)
+        state = await self.load(session_id)
         if state is None:
             raise SessionNotFoundError(f"No session {session_id!r}", sessionId=session_id)
         return state
 
     @read_retried
-    async def load_many(
-        self, session_ids: Iterable[str], conn: AsyncConnection | None = None
-    ) -> dict[str, SessionState]:
+    async def load_many(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """The sessions that exist among ``session_ids``."""
-        return await self._paths.load_many(list(dict.fromkeys(session_ids)), conn)
+        found = await self._paths.load_many(list(dict.fromkeys(session_ids)), None)
+        unit.remember(found.values())
+        return found
 
-    async def save(self, state: SessionState, conn: AsyncConnection | None = None) -> SessionState:
+    async def save(self, state: SessionState) -> SessionState:
         """Write ``state`` if the row is still at ``state.version``; returns it at version + 1.
 
         Raises:
             StaleStateError: another writer changed the row first.
         """
+        return await self._save(state, None)
+
+    async def _save(self, state: SessionState, conn: AsyncConnection | None) -> SessionState:
+        unit.forget(state.session_id)  # written: a later update of it reads it
         return await sessions.save(self._db, state, conn, max_state_bytes=self.max_state_bytes)
 
     async def update(
@@ -217,14 +236,13 @@ class SessionStore:
         mutate: Callable[[dict[str, SessionState]], T],
         *,
         attempts: int = OWNERSHIP_ATTEMPTS,
-        conn: AsyncConnection | None = None,
         retry_event: str | None = None,
         failed_event: str | None = None,
-        prior: Prior | None = None,
     ) -> tuple[dict[str, SessionState], T]:
         """Read-modify-write one or more session rows atomically, compare-and-swap on versions.
 
-        ``prior``: the rows as read earlier (see ``Prior``), used instead of reading them.
+        In a unit of work that read the rows (or was handed them, ``transact(read=...)``),
+        the swap starts from them instead of reading them again (``unit.py``).
 
         ``mutate`` gets the current states by id (it may change them in place) and returns a
         value; it raises ``NoChange(value)`` to return without writing, or ``Fenced`` to roll
@@ -232,8 +250,7 @@ class SessionStore:
         retry reads the rows again), so it reports through its return value, never through
         outside state.
 
-        Inside a transaction (``conn`` given, or one bound by ``transact``) this is one
-        attempt, and a lost race raises ``StaleStateError`` for the enclosing ``transact`` to
+        Inside a unit of work (``transact``) this is one attempt, and a lost race raises ``StaleStateError`` for the enclosing ``transact`` to
         retry as a whole. On its own it runs in ``transact`` with ``attempts``.
 
         Raises:
@@ -242,11 +259,10 @@ class SessionStore:
         """
         ids = list(dict.fromkeys(session_ids))
         once = functools.partial(
-            swap.update_once, ids, mutate, prior=prior, lock=self._paths.lock, save=self.save
+            swap.update_once, ids, mutate, lock=self._paths.lock, save=self._save
         )
-        joined = conn if conn is not None else bound()
-        if joined is not None:
-            return await once(joined)
+        if bound() is not None:
+            return await once()
         return await self.transact(
             once,
             attempts=attempts,
@@ -262,11 +278,10 @@ class SessionStore:
         status: str | None = None,
         agent_type: str | None = None,
         limit: int = 50,
-        conn: AsyncConnection | None = None,
     ) -> list[SessionState]:
         """Recent sessions, newest first."""
         return await sessions.recent(
-            self._db, status=status, agent_type=agent_type, limit=limit, conn=conn
+            self._db, status=status, agent_type=agent_type, limit=limit, conn=None
         )
 
     @read_retried
@@ -277,33 +292,28 @@ class SessionStore:
         active: bool,
         workflow_ids: Sequence[str] | None = None,
         limit: int = 500,
-        conn: AsyncConnection | None = None,
     ) -> list[SessionState]:
         """Sessions last written before ``cutoff``: the active ones (``active``) that are not
         hibernated (those have no workflow to judge), or the ended ones whose workflow is
         among ``workflow_ids`` (what the reconciler inspects)."""
         return await sessions.settled_before(
-            self._db, cutoff, active=active, workflow_ids=workflow_ids, limit=limit, conn=conn
+            self._db, cutoff, active=active, workflow_ids=workflow_ids, limit=limit, conn=None
         )
 
     @read_retried
-    async def descendants(
-        self, root_session_id: str, conn: AsyncConnection | None = None
-    ) -> list[SessionState]:
+    async def descendants(self, root_session_id: str) -> list[SessionState]:
         """Every session of a tree except the root, parents before children."""
-        return await sessions.descendants(self._db, root_session_id, conn)
+        return await sessions.descendants(self._db, root_session_id, None)
 
     @read_retried
-    async def tree(
-        self, session_id: str, conn: AsyncConnection | None = None
-    ) -> list[SessionState]:
+    async def tree(self, session_id: str) -> list[SessionState]:
         """The session, then every other session of its root's tree but the root, parents
         before children (in one statement on Postgres).
 
         Raises:
             SessionNotFoundError: no such session.
         """
-        return await self._paths.tree(session_id, conn)
+        return await self._paths.tree(session_id, None)
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -312,21 +322,18 @@ class SessionStore:
         session_id: str,
         run_id: str | None,
         new: Sequence[Message],
-        conn: AsyncConnection | None = None,
     ) -> None:
         """Append messages in order. A second tool result for a call fails in the database."""
-        await conversation.append_messages(self._db, session_id, run_id, new, conn)
+        await conversation.append_messages(self._db, session_id, run_id, new, None)
 
     @read_retried
-    async def load_messages(
-        self, session_id: str, conn: AsyncConnection | None = None
-    ) -> list[Message]:
+    async def load_messages(self, session_id: str) -> list[Message]:
         """The session's conversation, oldest first (rows a rewind took out are skipped)."""
-        return await self._paths.load_messages(session_id, conn)
+        return await self._paths.load_messages(session_id, None)
 
     @read_retried
     async def step_inputs(
-        self, session_id: str, slot: str, conn: AsyncConnection | None = None
+        self, session_id: str, slot: str
     ) -> tuple[SessionState, dict[str, Any] | None, list[Message]]:
         """What a model step reads before it calls the model, on one connection: the session,
         the recorded result of ``slot`` if its commit landed (then no history is read), and
@@ -335,27 +342,25 @@ class SessionStore:
         Raises:
             SessionNotFoundError: no such session.
         """
-        return await self._paths.step_inputs(session_id, slot, conn)
+        inputs = await self._paths.step_inputs(session_id, slot, None)
+        unit.remember(inputs[:1])
+        return inputs
 
     @read_retried
     async def resume_inputs(
         self,
         session_id: str,
         session_ids: Sequence[str],
-        conn: AsyncConnection | None = None,
-        *,
-        apart: bool = False,
     ) -> tuple[dict[str, SessionState], list[Message]]:
         """What a turn woken from its park reads, on one connection: the rows of
         ``session_ids`` (its own and its root's) and its own live conversation.
 
-        ``apart``: on Postgres, read on a connection of its own while ``conn``'s transaction
-        has sent nothing yet: for a caller that swaps from the rows it read (``Prior``).
-
         Raises:
             SessionNotFoundError: ``session_id`` does not exist.
         """
-        return await conversation.resume_inputs(self._paths, session_id, session_ids, conn, apart)
+        rows, history = await conversation.resume_inputs(self._paths, session_id, session_ids, None)
+        unit.remember(rows.values())
+        return rows, history
 
     # -- events -----------------------------------------------------------------------------
 
@@ -364,7 +369,6 @@ class SessionStore:
         session_id: str,
         run_id: str | None,
         new: Sequence[dict[str, Any]],
-        conn: AsyncConnection | None = None,
     ) -> int:
         """Append events to the session's stream; returns the last sequence number (0 when
         the transaction's flush numbers them: see ``store/batch.py``).
@@ -372,7 +376,7 @@ class SessionStore:
         The sequence comes from the session row, so concurrent writers are serialized by
         its row lock and a reader never sees a gap fill in later.
         """
-        return await events.append_events(self._db, self._paths, session_id, run_id, new, conn)
+        return await events.append_events(self._db, self._paths, session_id, run_id, new, None)
 
     @read_retried
     async def read_events(
@@ -380,18 +384,15 @@ class SessionStore:
         session_id: str,
         after: int = 0,
         limit: int = 1000,
-        conn: AsyncConnection | None = None,
     ) -> list[SessionEvent]:
         """Events with ``sequence > after``, in order."""
-        return await self._paths.read_events(session_id, after, limit, conn)
+        return await self._paths.read_events(session_id, after, limit, None)
 
     # -- usage ------------------------------------------------------------------------------
 
-    async def record_usage(
-        self, rows: Sequence[UsageRow], conn: AsyncConnection | None = None
-    ) -> None:
+    async def record_usage(self, rows: Sequence[UsageRow]) -> None:
         """Insert usage rows; a row whose ``dedupe_key`` exists is skipped (replay-safe)."""
-        await usage.record_usage(self._db, self._paths, rows, conn)
+        await usage.record_usage(self._db, self._paths, rows, None)
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -406,7 +407,6 @@ class SessionStore:
         checkpoint_id: str | None = None,
         created_at: datetime | None = None,
         pointed: bool = False,
-        conn: AsyncConnection | None = None,
     ) -> str:
         """Write a checkpoint and point the session at it, unless it points at a newer one.
 
@@ -424,19 +424,15 @@ class SessionStore:
             checkpoint_id=checkpoint_id,
             created_at=created_at,
             pointed=pointed,
-            conn=conn,
+            conn=None,
         )
 
     @read_retried
-    async def get_checkpoint(
-        self, checkpoint_id: str, conn: AsyncConnection | None = None
-    ) -> dict[str, Any] | None:
+    async def get_checkpoint(self, checkpoint_id: str) -> dict[str, Any] | None:
         """One checkpoint by id, or ``None``."""
-        return await self._paths.get_checkpoint(checkpoint_id, conn)
+        return await self._paths.get_checkpoint(checkpoint_id, None)
 
     @read_retried
-    async def latest_checkpoint(
-        self, session_id: str, conn: AsyncConnection | None = None
-    ) -> dict[str, Any] | None:
+    async def latest_checkpoint(self, session_id: str) -> dict[str, Any] | None:
         """The checkpoint the session points at (never "highest step count")."""
-        return await checkpoints.latest_checkpoint(self._db, session_id, conn)
+        return await checkpoints.latest_checkpoint(self._db, session_id, None)

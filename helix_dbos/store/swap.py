@@ -16,8 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.session import SessionState
 from ..errors import SessionNotFoundError
+from . import unit
+from .engine import bound
 
-__all__ = ["Fenced", "NoChange", "Prior", "guard", "update_once"]
+__all__ = ["Fenced", "NoChange", "guard", "update_once"]
 
 T = TypeVar("T")
 
@@ -25,28 +27,6 @@ T = TypeVar("T")
 Lock = Callable[[list[str], AsyncConnection], Awaitable[dict[str, SessionState]]]
 #: Saves one state at its version (``SessionStore.save``).
 Save = Callable[[SessionState, AsyncConnection], Awaitable[SessionState]]
-
-
-class Prior:
-    """Session rows read earlier, unlocked, that one ``update`` may start from instead of
-    reading (and locking) them again: its compare-and-swap then checks that they are still
-    at the versions read.
-
-    Taken once, and handed over (``update`` may change them in place): a retried transaction
-    (a lost swap) reads the rows as usual.
-    """
-
-    __slots__ = ("_states",)
-
-    def __init__(self, *states: SessionState) -> None:
-        self._states = {s.session_id: s for s in states}
-
-    def take(self, ids: Sequence[str]) -> dict[str, SessionState] | None:
-        """The rows ``ids`` if all were read (once; ``None`` after, or if one is missing)."""
-        states, self._states = self._states, {}
-        if any(i not in states for i in ids):
-            return None
-        return {i: states[i] for i in ids}
 
 
 class NoChange(Exception):  # a control-flow signal, not an error
@@ -85,20 +65,22 @@ def guard(state: SessionState, run_id: str | None, statuses: Iterable[str]) -> N
 async def update_once(
     ids: list[str],
     mutate: Callable[[dict[str, SessionState]], T],
-    conn: AsyncConnection,
-    prior: Prior | None = None,
     *,
     lock: Lock,
     save: Save,
+    remembered: bool = True,
 ) -> tuple[dict[str, SessionState], T]:
-    """One attempt of ``update`` in ``conn``'s transaction: read the rows (or take them from
-    ``prior``), mutate them, save each at the version read.
+    """One attempt of ``update`` in the unit of work bound to the task: take the rows as the
+    unit read them (``unit.take``; ``remembered=False``: never) or read them locked, mutate
+    them, save each at the version read.
 
     Raises:
         SessionNotFoundError: a session does not exist.
         StaleStateError: a row changed since it was read (sent at once, or queued).
     """
-    taken = prior.take(ids) if prior is not None else None
+    conn = bound()
+    assert conn is not None, "update_once runs in a unit of work"
+    taken = unit.take(ids) if remembered else None
     current = taken if taken is not None else await lock(ids, conn)
     missing = [i for i in ids if i not in current]
     if missing:
@@ -110,7 +92,7 @@ async def update_once(
         if taken is not None:
             # No swap would check what the earlier read decided: decide on the row as it is
             # now (``mutate`` is pure: it may run again).
-            return await update_once(ids, mutate, conn, lock=lock, save=save)
+            return await update_once(ids, mutate, lock=lock, save=save, remembered=False)
         return current, unchanged.value
     saved: dict[str, SessionState] = {}
     for sid in ids:

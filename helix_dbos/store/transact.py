@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..core.jitter import jitter
+from ..core.session import SessionState
 from ..errors import StaleStateError, StoreUnavailableError
 from ..observability.log import log_event
 from .batch import WriteBatch
 from .dialect import Paths
 from .engine import bound
+from . import unit
 from .faults import is_transient
 
 __all__ = [
@@ -148,15 +148,14 @@ async def retrying(
 
 
 def read_retried(fn: F) -> F:
-    """Make a read method wait out transient faults (unless it joins a transaction, whose
+    """Make a read method wait out transient faults (unless it joins a unit of work, whose
     ``transact`` retries as a whole)."""
 
     @functools.wraps(fn)
     async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        joined = kwargs.get("conn") is not None or any(isinstance(a, AsyncConnection) for a in args)
-        if joined or bound() is not None:
-            # On a caller's connection: a fault is the caller's to retry (a retry here would
-            # reuse the broken connection).
+        if bound() is not None:
+            # In a unit of work: a fault is the unit's to retry (a retry here would reuse the
+            # broken connection).
             return await fn(self, *args, **kwargs)
         return await retrying(lambda: fn(self, *args, **kwargs))
 
@@ -165,25 +164,33 @@ def read_retried(fn: F) -> F:
 
 async def transact(
     paths: Paths,
-    body: Callable[[AsyncConnection], Awaitable[T]],
+    body: Callable[[], Awaitable[T]],
     *,
+    read: Sequence[SessionState],
     attempts: int,
     retry_event: str | None,
     failed_event: str | None,
     log_fields: dict[str, Any] | None,
-    lean: bool,
     committed: Callable[[WriteBatch], None],
 ) -> T:
-    """Run ``body`` in one transaction, bound to the task, and commit it, retried whole (see
-    ``SessionStore.transact``); inside an enclosing ``transact`` it simply joins.
+    """Run ``body`` as one unit of work, bound to the task, and commit it, retried whole (see
+    ``SessionStore.transact``); inside an enclosing unit it simply joins.
 
-    ``committed`` is called with the transaction's queue once it committed (Postgres).
+    ``committed`` is called with the unit's queue once it committed (Postgres).
     """
-    outer = bound()
-    if outer is not None:
-        return await body(outer)
+    if bound() is not None:
+        unit.remember(read)
+        return await body()
+    tries = 0
+
+    async def attempt() -> T:
+        nonlocal tries
+        tries += 1
+        with unit.remembering(read, first_attempt=tries == 1):
+            return await paths.attempt(body, committed=committed)
+
     return await retrying(
-        lambda: paths.attempt(body, lean=lean, committed=committed),
+        attempt,
         attempts=attempts,
         retry_event=retry_event,
         failed_event=failed_event,
