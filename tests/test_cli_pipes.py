@@ -80,11 +80,14 @@ def test_a_reader_that_takes_one_byte_and_leaves(migrated: str) -> None:
 async def _sessions(url: str, count: int) -> None:
     store = SessionStore.from_url(url)
     try:
-        async with store.transaction() as conn:  # one transaction: quick
+
+        async def create() -> None:
             for i in range(count):
                 sid = f"ses_pipe_{i:04d}"
                 await store.create_session(
-                    SessionState(session_id=sid, agent_type="editor", root_session_id=sid), conn
+                    SessionState(session_id=sid, agent_type="editor", root_session_id=sid)
                 )
+
+        await store.transact(create)  # one unit of work: quick
     finally:
         await store.close()

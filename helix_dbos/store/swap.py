@@ -9,7 +9,7 @@ changes them, and each is saved at the version it was read at. A guard that fail
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection

@@ -20,10 +20,10 @@ from ..core.jitter import jitter
 from ..core.session import SessionState
 from ..errors import StaleStateError, StoreUnavailableError
 from ..observability.log import log_event
+from . import unit
 from .batch import WriteBatch
 from .dialect import Paths
 from .engine import bound
-from . import unit
 from .faults import is_transient
 
 __all__ = [

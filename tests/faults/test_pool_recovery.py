@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.events import event
 from helix_dbos.store import pg
@@ -86,7 +85,7 @@ async def test_a_statement_on_the_driver_connection_hands_a_dead_connection_to_t
         with capture_log_events() as logged:
             for _ in range(WARM + 1):
                 assert await store.load("missing") is None
-                assert await store.transact(lambda c: store.get_checkpoint("x", c)) is None
+                assert await store.transact(lambda: store.get_checkpoint("x")) is None
         assert [e for e in logged if e["event"] == "store.retrying"] == []
     finally:
         await store.close()
@@ -104,9 +103,9 @@ async def test_reads_and_transactions_recover_from_terminated_backends(
         await _warm_pool(store)
         assert cluster.terminate_backends(cluster_url.rpartition("/")[2]) >= WARM
 
-        async def commit(conn: AsyncConnection) -> int:
-            await store.update(["s1"], lambda s: None, conn=conn)
-            return await store.append_events("s1", None, [event("text")], conn)
+        async def commit() -> int:
+            await store.update(["s1"], lambda s: None)
+            return await store.append_events("s1", None, [event("text")])
 
         for n in range(1, WARM + 2):
             assert (await store.get("s1")).version == n - 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.store.migrate import upgrade
@@ -26,12 +25,14 @@ async def test_a_transaction_cut_by_a_dropped_connection_runs_again_whole(cluste
             meta = states["s1"].metadata
             meta["n"] = int(meta.get("n", 0)) + 1
 
-        async def body(conn: AsyncConnection) -> int:
+        async def body() -> int:
             nonlocal attempts
             attempts += 1
-            await store.update(["s1"], bump, conn=conn)
+            await store.update(["s1"], bump)
             if attempts == 1:
                 # A real fault: the server ends this session's backend (SQLSTATE 57P01).
+                conn = store.bound()
+                assert conn is not None
                 await conn.execute(sa.text("SELECT pg_terminate_backend(pg_backend_pid())"))
             return attempts
 

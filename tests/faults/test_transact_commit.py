@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
@@ -59,12 +58,12 @@ class _Body:
         self.store = store
         self.attempts = 0
 
-    async def __call__(self, conn: AsyncConnection) -> int:
+    async def __call__(self) -> int:
         self.attempts += 1
-        await self.store.update(["s1"], _bump, conn=conn)  # no prior: BEGIN, lock, then swap
-        await self.store.append_messages("s1", "r1", [Message(role="user", content="once")], conn)
+        await self.store.update(["s1"], _bump)  # no prior: BEGIN, lock, then swap
+        await self.store.append_messages("s1", "r1", [Message(role="user", content="once")])
         await self.store.write_checkpoint(
-            "s1", "r1", step_count=1, state={}, checkpoint_id="cp-once", conn=conn
+            "s1", "r1", step_count=1, state={}, checkpoint_id="cp-once"
         )
         return self.attempts
 
@@ -96,7 +95,7 @@ async def test_a_lean_commit_cut_after_its_flush_runs_again_whole(
 
     monkeypatch.setattr(pg.LeanTransaction, "commit", commit)
     body = _Body(store)
-    assert await store.transact(body, lean=True) == 2
+    assert await store.transact(body) == 2
     assert len(cut) == 1
     await _landed_once(store)
 

@@ -68,7 +68,7 @@ class FlakySaves:
                     f"Session {state.session_id!r} changed since version {state.version}",
                     sessionId=state.session_id,
                 )
-            return await original(store, state, conn)
+            return await original(store, state)
 
         monkeypatch.setattr(SessionStore, "save", save)
 

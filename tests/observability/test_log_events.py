@@ -276,11 +276,9 @@ def _failing_send(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     enlist = wake.enlist
 
-    async def failing_enlist(
-        ctx: Any, conn: Any, destination_id: str, message: Any, *args: Any
-    ) -> None:
+    async def failing_enlist(ctx: Any, destination_id: str, message: Any, *args: Any) -> None:
         fail_first(destination_id, message)
-        await enlist(ctx, conn, destination_id, message, *args)
+        await enlist(ctx, destination_id, message, *args)
 
     monkeypatch.setattr(DBOS, "send_async", failing_send_async)
     monkeypatch.setattr(wake, "enlist", failing_enlist)

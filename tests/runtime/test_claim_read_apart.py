@@ -70,9 +70,8 @@ async def test_a_stale_commit_between_the_claims_read_and_its_swap_writes_nothin
 
     monkeypatch.setattr(SessionStore, "resume_inputs", read_then_stale_commit)
     entry = await rt.store.transact(
-        lambda conn: open_turn(
+        lambda: open_turn(
             rt.store,
-            conn,
             session_id=sid,
             agent_type="asker",
             turn_id="run_next0000000000000000",

@@ -69,7 +69,7 @@ def _record_step_reads(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]
 
     async def step_inputs(session_id: str, slot: str, conn: Any = None) -> Any:
         reads.append(slot)
-        return await real(session_id, slot, conn)
+        return await real(session_id, slot)
 
     monkeypatch.setattr(store, "step_inputs", step_inputs)
     return reads
@@ -269,10 +269,10 @@ async def test_a_results_commit_on_a_changed_row_hands_nothing_over(
 
     async def step_inputs(session_id: str, slot: str, conn: Any = None) -> Any:
         reads.append(slot)
-        return await real_inputs(session_id, slot, conn)
+        return await real_inputs(session_id, slot)
 
     async def resume_inputs(session_id: str, session_ids: Any, conn: Any = None) -> Any:
-        read = await real_resume(session_id, session_ids, conn)
+        read = await real_resume(session_id, session_ids)
 
         def touch(states: Any) -> None:
             states[session_id].metadata["touched"] = True
@@ -355,7 +355,7 @@ def _record_resume_reads(
         readers.append(DBOS.workflow_id)
         if early is not None and DBOS.workflow_id is None:
             await early()
-        return await real_resume(session_id, session_ids, conn)
+        return await real_resume(session_id, session_ids)
 
     monkeypatch.setattr(store, "resume_inputs", resume_inputs)
     return readers

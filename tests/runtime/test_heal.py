@@ -25,9 +25,8 @@ async def claim_without_workflow(rt: AgentRuntime, session_id: str, message: str
     """Commit a turn's claim and entry as ``start`` does, then "crash" before the workflow."""
     turn_id = "run_lost0000000000000000"
     await rt.store.transact(
-        lambda conn: open_turn(
+        lambda: open_turn(
             rt.store,
-            conn,
             session_id=session_id,
             agent_type="asker",
             turn_id=turn_id,

@@ -32,8 +32,8 @@ async def roles(rt: AgentRuntime, sid: str) -> list[str]:
 
 
 async def all_rows(rt: AgentRuntime, sid: str) -> list[Any]:
-    async with rt.store.engine.connect() as conn:
-        return await load_rows(conn, sid)
+    async with rt.store.reading():
+        return await load_rows(sid)
 
 
 async def failed(rt: AgentRuntime, message: str) -> str:

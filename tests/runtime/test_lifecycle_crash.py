@@ -52,8 +52,8 @@ async def test_sigkill_mid_lifecycle_recovers(db_url: str, mode: str) -> None:
         view = await runtime.wait(sid, timeout=60)
         assert view["status"] == "completed" and view["runId"] == killed["runId"]
         history = await runtime.messages(sid)
-        async with runtime.store.engine.connect() as conn:
-            rows = await load_rows(conn, sid)
+        async with runtime.store.reading():
+            rows = await load_rows(sid)
         if mode == "retry":
             assert [m.content for m in history] == ["fail then hang", "echo: fail then hang"]
         else:

@@ -8,7 +8,7 @@ import pytest
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime.once import commit_once, exactly_once, step_connection
+from helix_dbos.runtime.once import commit_once, exactly_once
 from helix_dbos.store.store import Fenced, guard
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -32,9 +32,7 @@ async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
         nonlocal calls
         calls += 1
         n = calls
-        await store.append_messages(
-            "s", "r", [Message(role="user", content=f"write {n}")], await step_connection()
-        )
+        await store.append_messages("s", "r", [Message(role="user", content=f"write {n}")])
         return {"execution": n}
 
     first = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
@@ -71,7 +69,7 @@ async def test_a_replay_fenced_by_its_own_landed_commit_returns_the_recorded_res
             guard(states["s"], "r", ("idle",))
             states["s"].run_id = "r:continuation"
 
-        await store.update(["s"], move, conn=await step_connection())
+        await store.update(["s"], move)
         return {"execution": calls}
 
     first = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
@@ -100,7 +98,6 @@ async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
     async def start_child() -> dict[str, str]:
         await open_turn(
             store,
-            await step_connection(),
             session_id="p.call_1",
             agent_type="editor",
             turn_id="run_call_1",

@@ -210,9 +210,8 @@ async def test_the_reconciler_starts_a_lost_persistent_start(make_runtime: MakeR
     sid, run_id = records.new_session_id(), records.new_run_id()
     workflow_id = names.persistent_workflow_id(sid, run_id)
     await runtime.store.transact(
-        lambda conn: open_turn(
+        lambda: open_turn(
             runtime.store,
-            conn,
             session_id=sid,
             agent_type="keeper",
             turn_id=run_id,

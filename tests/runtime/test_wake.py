@@ -90,9 +90,10 @@ async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
 
     topic = names.tool_result_topic(call["toolCallId"])
 
-    async def enlist(ctx: Any, conn: Any, destination: str, message: Any, *rest: Any) -> None:
-        await real(ctx, conn, destination, message, *rest)
-        # ``conn`` is the answer's transaction: the answer and the message are both in it.
+    async def enlist(ctx: Any, destination: str, message: Any, *rest: Any) -> None:
+        await real(ctx, destination, message, *rest)
+        # The answer's unit of work: the answer and the message are both in it.
+        conn: Any = runtime.store.bound()
         if runtime.store.dialect == "postgresql":
             # A lean transaction (``pg.LeanTransaction``): only ``pg``'s statements run on it.
             [(stored,)] = await pg.fetch(
@@ -162,11 +163,13 @@ async def test_an_enlisted_message_is_the_row_dbos_writes(
     message: TurnMessage = {"kind": "answer", "toolCallId": "tc-é", "submittedAt": 12}
     store, client = runtime.ctx.store, runtime.ctx.client
 
-    async def ours(conn: Any) -> None:
+    async def ours() -> None:
         for _ in range(2):  # the same key twice: one row
-            await wake.enlist(runtime.ctx, conn, workflow_id, message, "probe", "key")
+            await wake.enlist(runtime.ctx, workflow_id, message, "probe", "key")
 
-    async def dbos(conn: Any) -> None:
+    async def dbos() -> None:
+        conn = store.bound()
+        assert conn is not None
         await conn.run_sync(
             lambda sync: client.send_in_transaction(
                 sync,

@@ -29,12 +29,10 @@ def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(DBOS, "send_async", losing_send)
     real_enlist = wake.enlist
 
-    async def losing_enlist(
-        ctx: Any, conn: Any, destination: str, message: Any, *rest: Any
-    ) -> None:
+    async def losing_enlist(ctx: Any, destination: str, message: Any, *rest: Any) -> None:
         if lost(message):
             raise ConnectionError("the wake-up was lost")
-        await real_enlist(ctx, conn, destination, message, *rest)
+        await real_enlist(ctx, destination, message, *rest)
 
     monkeypatch.setattr(wake, "enlist", losing_enlist)
 

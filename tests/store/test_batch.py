@@ -12,13 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.events import EventType, event
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
-from helix_dbos.store.store import NoChange, Prior, SessionStore
+from helix_dbos.store.store import NoChange, SessionStore
 from tests.psycopg_probe import record_commands
 from tests.store.store_builders import pending_call, session
 
@@ -43,23 +42,25 @@ def _step_commit(
     *,
     checkpoint: str = "slot",
     usage: str | None = None,
-    prior: Prior | None = None,
+    prior: SessionState | None = None,
 ) -> Any:
     """A model step's commit as the runtime makes it: the assistant message (and a usage row
     keyed ``usage``), the rows' swap moving the checkpoint pointer, the events, the
     checkpoint."""
 
-    async def commit(conn: AsyncConnection) -> None:
+    async def commit() -> None:
         answer = [Message(role="assistant", content="x")]
-        await store.append_messages(session_id, "r", answer, conn)
+        await store.append_messages(session_id, "r", answer)
         if usage is not None:
-            await store.record_usage([_usage(usage, session_id)], conn)
+            await store.record_usage([_usage(usage, session_id)])
         with store.pointing(session_id, checkpoint) as pointed:
-            await store.update(rows, lambda s: None, conn=conn, prior=prior)
-        await store.append_events(session_id, "r", [event(t) for t in events], conn)
+            if prior is not None:
+                store.read_earlier([prior])
+            await store.update(rows, lambda s: None)
+        await store.append_events(session_id, "r", [event(t) for t in events])
         await store.write_checkpoint(
             session_id, "r", step_count=1, state={}, checkpoint_id=checkpoint,
-            pointed=pointed.done, conn=conn,
+            pointed=pointed.done,
         )  # fmt: skip
 
     return commit
@@ -85,22 +86,20 @@ def statements() -> Iterator[list[str]]:
 async def test_a_transaction_reads_its_own_queued_writes(store: SessionStore) -> None:
     """Every read in the transaction sees the writes made before it in the transaction."""
 
-    async def body(conn: AsyncConnection) -> None:
-        await store.create_session(session("s1", status="running", run_id="r"), conn)
-        assert (await store.get("s1", conn)).status == "running"
-        await store.append_messages("s1", "r", [Message(role="user", content="hi")], conn)
-        assert [m.content for m in await store.load_messages("s1", conn)] == ["hi"]
-        assert await store.append_events("s1", "r", [event("turn_start")], conn) == 1
-        assert [e.type for e in await store.read_events("s1", conn=conn)] == ["turn_start"]
-        await store.write_checkpoint(
-            "s1", "r", step_count=1, state={}, checkpoint_id="c", conn=conn
-        )
-        assert (await store.get_checkpoint("c", conn) or {})["message_count"] == 1
-        assert (await store.latest_checkpoint("s1", conn) or {})["checkpoint_id"] == "c"
-        saved, _ = await store.update(["s1"], lambda s: None, conn=conn)
+    async def body() -> None:
+        await store.create_session(session("s1", status="running", run_id="r"))
+        assert (await store.get("s1")).status == "running"
+        await store.append_messages("s1", "r", [Message(role="user", content="hi")])
+        assert [m.content for m in await store.load_messages("s1")] == ["hi"]
+        assert await store.append_events("s1", "r", [event("turn_start")]) == 1
+        assert [e.type for e in await store.read_events("s1")] == ["turn_start"]
+        await store.write_checkpoint("s1", "r", step_count=1, state={}, checkpoint_id="c")
+        assert (await store.get_checkpoint("c") or {})["message_count"] == 1
+        assert (await store.latest_checkpoint("s1") or {})["checkpoint_id"] == "c"
+        saved, _ = await store.update(["s1"], lambda s: None)
         assert saved["s1"].version == 1
-        assert (await store.get("s1", conn)).version == 1
-        state, done, history = await store.step_inputs("s1", "c", conn)
+        assert (await store.get("s1")).version == 1
+        state, done, history = await store.step_inputs("s1", "c")
         assert (state.version, done, history) == (1, {}, [])
 
     await store.transact(body)
@@ -115,25 +114,24 @@ async def test_a_step_commit_lands_whole_with_its_compare_and_swap(store: Sessio
     await store.append_messages("s1", "r", [Message(role="user", content="go")])
     assert await store.append_events("s1", "r", [event("turn_start")]) == 1
 
-    async def commit(conn: AsyncConnection) -> int:
+    async def commit() -> int:
         await store.append_messages(
             "s1",
             "r",
             [Message(role="assistant", tool_calls=[ToolCall(id="t1", name="ask", input={})])],
-            conn,
         )
-        await store.record_usage([_usage("u1")], conn)
+        await store.record_usage([_usage("u1")])
         with store.pointing("s1", "slot") as pointed:
 
             def register(states: dict[str, SessionState]) -> None:
                 states["s1"].pending["t1"] = pending_call("t1", "ask", "r")
                 states["s1"].status = "suspended_client_tool"
 
-            await store.update(["s1"], register, conn=conn)
-        last = await store.append_events("s1", "r", [event("text"), event("suspended")], conn)
+            await store.update(["s1"], register)
+        last = await store.append_events("s1", "r", [event("text"), event("suspended")])
         await store.write_checkpoint(
             "s1", "r", step_count=1, state={"ok": 1}, checkpoint_id="slot",
-            pointed=pointed.done, conn=conn,
+            pointed=pointed.done,
         )  # fmt: skip
         return last
 
@@ -184,7 +182,7 @@ async def test_a_commit_from_a_prior_read_is_one_statement(
     numbered from the row as the swap finds it, after events appended since the read."""
     store = pg_store
     await store.create_session(session("s1", status="running", run_id="r"))
-    prior = Prior(await store.get("s1"))
+    prior = await store.get("s1")
     # Text deltas streamed while the model ran: the sequence moves, the version does not.
     await store.append_events("s1", "r", [event("text_delta"), event("text_delta")])
     statements.clear()
@@ -212,7 +210,7 @@ async def test_a_lone_flush_is_the_whole_transaction(
     await store.create_session(session("s1", status="running", run_id="r"))
     commands = record_commands(monkeypatch)
 
-    prior = Prior(await store.get("s1"))
+    prior = await store.get("s1")
     statements.clear()
     await store.transact(
         _step_commit(store, "s1", ["s1"], ["text"], checkpoint="c1", usage="c1", prior=prior)
@@ -220,7 +218,7 @@ async def test_a_lone_flush_is_the_whole_transaction(
     assert len(statements) == 1 and commands == [], (statements, commands)
     assert [e.sequence for e in await store.read_events("s1")] == [1]
 
-    stale = Prior(await store.get("s1"))
+    stale = await store.get("s1")
     await store.update(["s1"], lambda s: None)  # another writer moves the row on
     with pytest.raises(StaleStateError):
         await store.transact(
@@ -240,7 +238,7 @@ async def test_a_commit_from_a_stale_prior_read_runs_again_on_the_row(
     that attempt lands, not its events either, and the retried transaction decides on the row
     as it is now."""
     await store.create_session(session("s1", status="running", run_id="r"))
-    prior = Prior(await store.get("s1"))
+    prior = await store.get("s1")
     await store.update(["s1"], lambda s: setattr(s["s1"], "status", "interrupted"))
     seen: list[str] = []
 
@@ -248,11 +246,11 @@ async def test_a_commit_from_a_stale_prior_read_runs_again_on_the_row(
         seen.append(states["s1"].status)
         states["s1"].status = "completed"
 
-    async def commit(conn: AsyncConnection) -> None:
-        await store.update(["s1"], finish, conn=conn, prior=prior)
-        await store.append_events("s1", "r", [event("turn_end")], conn)
+    async def commit() -> None:
+        await store.update(["s1"], finish)
+        await store.append_events("s1", "r", [event("turn_end")])
 
-    await store.transact(commit)
+    await store.transact(commit, read=[prior])
     assert seen == ["running", "interrupted"]
     assert [(e.sequence, e.type) for e in await store.read_events("s1")] == [(1, "turn_end")]
 
@@ -261,13 +259,13 @@ async def test_no_change_from_a_prior_read_is_decided_on_the_row(store: SessionS
     """A mutation that writes nothing has no swap to check the prior read: it is decided
     again on the row as it is now (a fence must see a stop that came after the read)."""
     await store.create_session(session("s1", status="running", run_id="r"))
-    prior = Prior(await store.get("s1"))
+    prior = await store.get("s1")
     await store.update(["s1"], lambda s: setattr(s["s1"], "status", "interrupted"))
 
     def unchanged(states: dict[str, SessionState]) -> None:
         raise NoChange(states["s1"].status)
 
-    _, status = await store.update(["s1"], unchanged, prior=prior)
+    _, status = await store.transact(lambda: store.update(["s1"], unchanged), read=[prior])
     assert status == "interrupted"
 
 
@@ -280,15 +278,13 @@ async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
     stale = await store.get("s1")
     await store.update(["s1"], lambda s: None)  # another writer moves the row on
 
-    async def commit(conn: AsyncConnection) -> None:
-        await store.append_messages("s1", "r", [Message(role="user", content="x")], conn)
-        await store.record_usage([_usage("u1")], conn)
-        await store.append_events("s1", "r", [event("text")], conn)
+    async def commit() -> None:
+        await store.append_messages("s1", "r", [Message(role="user", content="x")])
+        await store.record_usage([_usage("u1")])
+        await store.append_events("s1", "r", [event("text")])
         stale.status = "completed"
-        await store.save(stale, conn)
-        await store.write_checkpoint(
-            "s1", "r", step_count=1, state={}, checkpoint_id="c", conn=conn
-        )
+        await store.save(stale)
+        await store.write_checkpoint("s1", "r", step_count=1, state={}, checkpoint_id="c")
 
     with pytest.raises(StaleStateError):
         await store.transact(commit, attempts=1)
@@ -309,17 +305,17 @@ async def test_a_duplicate_checkpoint_still_raises_and_lands_nothing(
     ``commit_once`` reads as "another execution won", and its other writes are rolled back."""
     await store.create_session(session("s1", status="running", run_id="r"))
 
-    async def commit(conn: AsyncConnection, text: str) -> None:
-        await store.append_messages("s1", "r", [Message(role="assistant", content=text)], conn)
-        await store.update(["s1"], lambda s: None, conn=conn)
-        await store.append_events("s1", "r", [event("text", text=text)], conn)
+    async def commit(text: str) -> None:
+        await store.append_messages("s1", "r", [Message(role="assistant", content=text)])
+        await store.update(["s1"], lambda s: None)
+        await store.append_events("s1", "r", [event("text", text=text)])
         await store.write_checkpoint(
-            "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot", conn=conn
+            "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot"
         )
 
-    await store.transact(lambda c: commit(c, "first"))
+    await store.transact(lambda: commit("first"))
     with pytest.raises(sa.exc.IntegrityError):
-        await store.transact(lambda c: commit(c, "second"))
+        await store.transact(lambda: commit("second"))
     assert [m.content for m in await store.load_messages("s1")] == ["first"]
     assert [e.data["text"] for e in await store.read_events("s1")] == ["first"]
     assert (await store.get_checkpoint("slot") or {})["state"] == {"text": "first"}
@@ -332,11 +328,11 @@ async def test_concurrent_duplicate_commits_one_wins(store: SessionStore) -> Non
     await store.create_session(session("s1", status="running", run_id="r"))
 
     async def commit(text: str) -> str:
-        async def body(conn: AsyncConnection) -> str:
-            await store.append_messages("s1", "r", [Message(role="assistant", content=text)], conn)
-            await store.append_events("s1", "r", [event("text", text=text)], conn)
+        async def body() -> str:
+            await store.append_messages("s1", "r", [Message(role="assistant", content=text)])
+            await store.append_events("s1", "r", [event("text", text=text)])
             await store.write_checkpoint(
-                "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot", conn=conn
+                "s1", "r", step_count=1, state={"text": text}, checkpoint_id="slot"
             )
             return text
 
@@ -355,9 +351,9 @@ async def test_a_duplicate_tool_result_still_fails(store: SessionStore) -> None:
     """The database's one-result-per-call rule holds for queued messages too."""
     await store.create_session(session("s1"))
     result = Message(role="tool", tool_call_id="t1", tool_name="ask", content="x")
-    await store.transact(lambda c: store.append_messages("s1", "r", [result], c))
+    await store.transact(lambda: store.append_messages("s1", "r", [result]))
     with pytest.raises(sa.exc.IntegrityError):
-        await store.transact(lambda c: store.append_messages("s1", "r", [result], c))
+        await store.transact(lambda: store.append_messages("s1", "r", [result]))
     assert len(await store.load_messages("s1")) == 1
 
 
@@ -367,9 +363,9 @@ async def test_concurrent_transactions_append_events_without_gaps(store: Session
     await store.create_session(session("s1"))
 
     async def writer(i: int) -> int:
-        async def body(conn: AsyncConnection) -> int:
-            await store.update(["s1"], lambda s: None, conn=conn)
-            return await store.append_events("s1", f"run-{i}", [event("text", i=i)] * 3, conn)
+        async def body() -> int:
+            await store.update(["s1"], lambda s: None)
+            return await store.append_events("s1", f"run-{i}", [event("text", i=i)] * 3)
 
         return await store.transact(body, attempts=50)
 
@@ -389,16 +385,16 @@ async def test_events_of_several_sessions_and_an_unlocked_one(store: SessionStor
     await store.create_session(session("free"))
     assert await store.append_events("a", None, [event("text")]) == 1
 
-    async def body(conn: AsyncConnection) -> list[int]:
-        await store.update(["a", "b"], lambda s: None, conn=conn)
-        await store.create_session(session("new"), conn)
+    async def body() -> list[int]:
+        await store.update(["a", "b"], lambda s: None)
+        await store.create_session(session("new"))
         return [
-            await store.append_events("a", None, [event("text")] * 2, conn),
-            await store.append_events("b", None, [event("text")], conn),
-            await store.append_events("free", None, [event("text")], conn),
-            await store.append_events("new", None, [event("text")] * 2, conn),
-            await store.append_events("a", None, [event("text")], conn),
-            await store.append_events("free", None, [event("text")], conn),
+            await store.append_events("a", None, [event("text")] * 2),
+            await store.append_events("b", None, [event("text")]),
+            await store.append_events("free", None, [event("text")]),
+            await store.append_events("new", None, [event("text")] * 2),
+            await store.append_events("a", None, [event("text")]),
+            await store.append_events("free", None, [event("text")]),
         ]
 
     assert await store.transact(body) == [3, 1, 1, 2, 4, 2]
@@ -413,15 +409,13 @@ async def test_a_checkpoint_counts_the_messages_queued_before_it(store: SessionS
     await store.create_session(session("s1"))
     await store.append_messages("s1", None, [Message(role="user", content="0")])
 
-    async def body(conn: AsyncConnection) -> None:
+    async def body() -> None:
         await store.append_messages(
-            "s1", None, [Message(role="user", content="1"), Message(role="user", content="2")], conn
+            "s1", None, [Message(role="user", content="1"), Message(role="user", content="2")]
         )
-        await store.append_messages("other", None, [Message(role="user", content="x")], conn)
-        await store.write_checkpoint(
-            "s1", None, step_count=1, state={}, checkpoint_id="c", conn=conn
-        )
-        await store.append_messages("s1", None, [Message(role="user", content="3")], conn)
+        await store.append_messages("other", None, [Message(role="user", content="x")])
+        await store.write_checkpoint("s1", None, step_count=1, state={}, checkpoint_id="c")
+        await store.append_messages("s1", None, [Message(role="user", content="3")])
 
     await store.transact(body)
     assert (await store.get_checkpoint("c") or {})["message_count"] == 3
@@ -434,30 +428,30 @@ async def test_the_pointer_only_moves_forward_in_a_transaction(store: SessionSto
     await store.create_session(session("s1"))
     now = datetime.now(UTC)
 
-    async def write(conn: AsyncConnection, cp: str, at: datetime) -> None:
-        await store.append_events("s1", None, [event("text")], conn)  # a row write alongside
+    async def write(cp: str, at: datetime) -> None:
+        await store.append_events("s1", None, [event("text")])  # a row write alongside
         await store.write_checkpoint(
-            "s1", None, step_count=1, state={}, checkpoint_id=cp, created_at=at, conn=conn
+            "s1", None, step_count=1, state={}, checkpoint_id=cp, created_at=at
         )
 
-    async def both(conn: AsyncConnection) -> None:
-        await store.update(["s1"], lambda s: None, conn=conn)
-        await write(conn, "new", now)
-        await write(conn, "old", now - timedelta(seconds=5))
+    async def both() -> None:
+        await store.update(["s1"], lambda s: None)
+        await write("new", now)
+        await write("old", now - timedelta(seconds=5))
 
     await store.transact(both)
     assert (await store.get("s1")).latest_checkpoint_id == "new"
-    await store.transact(lambda c: write(c, "older", now - timedelta(seconds=9)))
+    await store.transact(lambda: write("older", now - timedelta(seconds=9)))
     assert (await store.get("s1")).latest_checkpoint_id == "new"
-    await store.transact(lambda c: write(c, "newer", now + timedelta(seconds=1)))
+    await store.transact(lambda: write("newer", now + timedelta(seconds=1)))
     assert (await store.get("s1")).latest_checkpoint_id == "newer"
     assert [e.sequence for e in await store.read_events("s1")] == [1, 2, 3, 4]
 
 
 async def test_usage_keys_are_kept_once_in_a_transaction(store: SessionStore) -> None:
     """A dedupe key seen twice in one transaction, or again in a later one, is one row."""
-    await store.transact(lambda c: store.record_usage([_usage("k"), _usage("k")], c))
-    await store.transact(lambda c: store.record_usage([_usage("k"), _usage("k2")], c))
+    await store.transact(lambda: store.record_usage([_usage("k"), _usage("k")]))
+    await store.transact(lambda: store.record_usage([_usage("k"), _usage("k2")]))
     assert await _count(store, "__agents_usage", "s1") == 2
 
 
@@ -466,10 +460,10 @@ async def test_a_new_session_lands_with_its_entry(store: SessionStore) -> None:
     events' sequence, and a second creation of the id fails as ever."""
     state = session("s1", status="running", run_id="r", metadata={"k": "v"}, error={"c": 1})
 
-    async def start(conn: AsyncConnection) -> SessionState:
-        created = await store.create_session(state, conn)
-        await store.append_messages("s1", "r", [Message(role="user", content="go")], conn)
-        await store.append_events("s1", "r", [event("turn_start"), event("user_message")], conn)
+    async def start() -> SessionState:
+        created = await store.create_session(state)
+        await store.append_messages("s1", "r", [Message(role="user", content="go")])
+        await store.append_events("s1", "r", [event("turn_start"), event("user_message")])
         return created
 
     assert (await store.transact(start)).version == 0
@@ -487,8 +481,10 @@ async def test_queued_writes_wait_for_the_commit_on_postgres_only(
     SQLite each is sent when made, as before."""
     await store.create_session(session("s1"))
 
-    async def body(conn: AsyncConnection) -> int:
-        await store.append_messages("s1", None, [Message(role="user", content="x")], conn)
+    async def body() -> int:
+        await store.append_messages("s1", None, [Message(role="user", content="x")])
+        conn = store.bound()
+        assert conn is not None
         found = await conn.execute(sa.text("SELECT COUNT(*) FROM __agents_messages"))
         return int(found.scalar_one())
 
@@ -503,20 +499,16 @@ async def test_a_checkpoint_after_the_rows_own_write_moves_the_pointer(
     """A checkpoint written (unpointed) after its session was created, or compare-and-swapped,
     in the same transaction still moves the pointer: the row's write does not hide it."""
 
-    async def create(conn: AsyncConnection) -> None:
-        await store.create_session(session("s1"), conn)
-        await store.write_checkpoint(
-            "s1", None, step_count=1, state={}, checkpoint_id="a", conn=conn
-        )
+    async def create() -> None:
+        await store.create_session(session("s1"))
+        await store.write_checkpoint("s1", None, step_count=1, state={}, checkpoint_id="a")
 
     await store.transact(create)
     assert (await store.get("s1")).latest_checkpoint_id == "a"
 
-    async def swap(conn: AsyncConnection) -> None:
-        await store.update(["s1"], lambda s: None, conn=conn)
-        await store.write_checkpoint(
-            "s1", None, step_count=2, state={}, checkpoint_id="b", conn=conn
-        )
+    async def swap() -> None:
+        await store.update(["s1"], lambda s: None)
+        await store.write_checkpoint("s1", None, step_count=2, state={}, checkpoint_id="b")
 
     await store.transact(swap)
     state = await store.get("s1")

@@ -14,16 +14,14 @@ from tests.store.store_builders import session
 async def _checkpoint(store: SessionStore, checkpoint_id: str, at: datetime, step: int) -> None:
     """A checkpoint written in a lean transaction of its own (no compare-and-swap points it)."""
     await store.transact(
-        lambda conn: store.write_checkpoint(
+        lambda: store.write_checkpoint(
             "s",
             "r",
             step_count=step,
             state={},
             checkpoint_id=checkpoint_id,
             created_at=at,
-            conn=conn,
         ),
-        lean=True,
     )
 
 

@@ -127,7 +127,7 @@ async def test_a_mutation_runs_again_after_a_lost_race(
         if lost["left"]:
             lost["left"] -= 1
             raise StaleStateError("a concurrent writer won")
-        return await original(self, state, conn)
+        return await original(self, state)
 
     monkeypatch.setattr(SessionStore, "save", save)
 
@@ -161,15 +161,15 @@ async def test_what_a_transaction_read_holds_until_it_commits(store: SessionStor
     def look(states: dict[str, SessionState]) -> int:
         raise NoChange(int(states["s1"].metadata.get("counter", 0)))  # a read that decides
 
-    async def body(conn: Any) -> tuple[int, int]:
-        _, seen = await store.update(["s1"], look, conn=conn)
+    async def body() -> tuple[int, int]:
+        _, seen = await store.update(["s1"], look)
         read_once.set()
         # The other writer gets its chance: it must still be waiting when the body goes on.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(other_done.wait(), timeout=2.0)
-        again = await store.load("s1", conn)
+        again = await store.load("s1")
         assert again is not None
-        _, value = await store.update(["s1"], increment("s1", 1), conn=conn)
+        _, value = await store.update(["s1"], increment("s1", 1))
         return seen, int(again.metadata.get("counter", 0))
 
     task = asyncio.create_task(other())

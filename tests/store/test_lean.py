@@ -11,11 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.store import pg
-from helix_dbos.store.store import Prior, SessionStore
+from helix_dbos.store.store import SessionStore
 from tests.store.store_builders import session
 
 
@@ -45,12 +44,10 @@ async def test_a_lean_transaction_of_one_statement_sends_no_begin(
     await pg_store.create_session(session("s1"))
     state = await pg_store.get("s1")
     sent.clear()
-    await pg_store.transact(
-        lambda conn: pg_store.update(["s1"], _touch, conn=conn, prior=Prior(state)), lean=True
-    )
+    await pg_store.transact(lambda: pg_store.update(["s1"], _touch), read=[state])
     assert len(sent) == 1 and "cas_states" in sent[0], sent
     sent.clear()
-    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    await pg_store.transact(lambda: pg_store.update(["s1"], _touch))
     assert sent[0] == "BEGIN" and "FOR UPDATE" in sent[1], sent
     assert "cas_states" in sent[2] and sent[3] == "COMMIT", sent
     assert (await pg_store.get("s1")).metadata["touched"] == 2
@@ -63,17 +60,17 @@ async def test_a_lean_transaction_is_atomic_and_rolls_back(
     goes back to the pool outside any transaction (the next transaction works on it)."""
     await pg_store.create_session(session("s1"))
 
-    async def fails(conn: AsyncConnection) -> None:
-        await pg_store.update(["s1"], _touch, conn=conn)
-        await pg_store.load("s1", conn)  # sends the queued write first, in the transaction
+    async def fails() -> None:
+        await pg_store.update(["s1"], _touch)
+        await pg_store.load("s1")  # sends the queued write first, in the transaction
         raise RuntimeError("after the write")
 
     sent.clear()
     with pytest.raises(RuntimeError):
-        await pg_store.transact(fails, lean=True)
+        await pg_store.transact(fails)
     assert "ROLLBACK" in sent
     assert "touched" not in (await pg_store.get("s1")).metadata
-    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    await pg_store.transact(lambda: pg_store.update(["s1"], _touch))
     assert (await pg_store.get("s1")).metadata["touched"] == 1
 
 
@@ -90,7 +87,7 @@ async def test_a_broken_lean_connection_is_replaced(
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     assert (await pg_store.get("s1")).session_id == "s1"
-    await pg_store.transact(lambda conn: pg_store.update(["s1"], _touch, conn=conn), lean=True)
+    await pg_store.transact(lambda: pg_store.update(["s1"], _touch))
     assert (await pg_store.get("s1")).metadata["touched"] == 1
 
 
