@@ -134,14 +134,14 @@ async def open_turn(
     history: list[Message] = []  # a new session has no log to heal
     if not new:
         # Read first, unlocked (the store reads it apart from the unit, which then commits in
-        # one statement), yet whole: the claim swaps from this row (``store/unit.py``), not
-        # active. A write to a conversation moves its row's version (a
+        # one statement), yet whole: the claim swaps from this row, not active. A write to a conversation moves its row's version (a
         # lost swap runs this again), or, with no swap, is made under the row's lock by a
         # commit fenced on an active status, which cannot land on this row (ARCHITECTURE.md,
         # rule 26).
         try:
             read, history = await store.resume_inputs(session_id, ())
             existing = read[session_id]
+            store.read_earlier([existing])  # the claim swaps from it: no second read
         except SessionNotFoundError:
             pass
     history_tail: list[Message] = []

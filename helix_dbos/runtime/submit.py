@@ -202,7 +202,7 @@ class _StoreAndWake:
     owner's entry by compare-and-swap, and enlist its wake-up message with it.
 
     The root's row is read first, unlocked, and routed from as read: the unit's swap starts
-    from it (``store/unit.py``), so on the common path a submit is that read and one
+    from it (``SessionStore.read_earlier``), so on the common path a submit is that read and one
     statement, with no transaction around it. A row changed meanwhile (another answer of the
     batch) fails the swap, and the unit runs again, reading the root's row locked. A
     sub-agent's call locks and reads the owner's row next. The answer and its wake-up commit
@@ -241,9 +241,11 @@ class _StoreAndWake:
     async def _store(self) -> tuple[dict[str, SessionState], _Verdict]:
         """The rows as saved and the verdict of the answer on its owner's entry."""
         store = self._ctx.store
-        if await store.load(self._sub.session_id) is None:
+        root = await store.load(self._sub.session_id)
+        if root is None:
             # No session, no call to answer (one created after this read has no call pending).
             return {}, _Verdict("unknown", reason="root_state_not_found")
+        store.read_earlier([root])  # the swap starts from it: no second read
         try:
             saved, routed = await store.update([self._sub.session_id], self._at_root)
             if not isinstance(routed, str):

@@ -15,21 +15,9 @@ writes a different row, or when DBOS's ``recv`` does not read ours as its own.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
-from .batch import current_batch, settle
-from .engine import joined
-
-__all__ = ["INSERT_CTE", "PORTABLE_JSON", "Sender", "enlist", "message_row", "row_key"]
-
-
-class Sender(Protocol):
-    """DBOS's client, which writes the row itself where the store does not (SQLite)."""
-
-    def send_in_transaction(
-        self, sync_conn: Any, workflow_id: str, message: Any, topic: str, key: str
-    ) -> None:
-        """Insert the message row on ``sync_conn``, in its transaction."""
+__all__ = ["INSERT_CTE", "PORTABLE_JSON", "message_row", "row_key"]
 
 
 #: DBOS's name of its portable (plain JSON) serialization, which every DBOS client reads.
@@ -69,31 +57,3 @@ def message_row(
         "message_uuid": row_key(idempotency_key, workflow_id),
         "serialization": PORTABLE_JSON,
     }
-
-
-async def enlist(
-    workflow_id: str, message: Any, topic: str, key: str, sender: Sender | None
-) -> None:
-    """Write ``message`` to ``workflow_id`` in the unit of work bound to the task, keyed as
-    ``DBOS.send(..., idempotency_key=key)`` keys it, and send the unit's writes: the message is
-    its last write (nothing may be sent after it).
-
-    On Postgres the row rides in the unit's one statement (``WriteBatch.notify``), in the
-    format above (a duplicate key is dropped as DBOS drops it). On SQLite, DBOS's public
-    ``DBOSClient.send_in_transaction`` (``sender``) writes it, after the queued writes.
-
-    Raises:
-        sqlalchemy.exc.IntegrityError: ``workflow_id`` does not exist (Postgres).
-    """
-    conn = joined()
-    batch = current_batch(conn)
-    if batch is not None:
-        batch.notify(workflow_id, topic, message, key)
-        # The unit's last write (every caller enlists last): alone, it needs no BEGIN.
-        await batch.flush(last=True)
-        return
-    assert sender is not None, "no DBOS client to enlist with"
-    await settle(conn)
-    await conn.run_sync(
-        lambda sync_conn: sender.send_in_transaction(sync_conn, workflow_id, message, topic, key)
-    )

@@ -150,8 +150,8 @@ class SessionStore:
         sent apart while it has written nothing; a body that needs a statement of
         SQLAlchemy's runs again, whole, on SQLAlchemy. On SQLite it takes the write lock as
         it opens. ``read``: session rows the caller read before the unit began; the unit's
-        first ``update`` of each swaps from it (so does an update of a row the unit read,
-        ``unit.py``), handing it over (it may change in place).
+        first ``update`` of each swaps from it instead of reading it again, locked, and may
+        change it in place (the caller hands it over; ``unit.py``).
 
         The whole unit is retried: up to ``attempts`` times on a lost compare-and-swap race
         (jittered backoff), and on a transient database fault with backoff until the database
@@ -177,9 +177,11 @@ class SessionStore:
 
     @staticmethod
     def read_earlier(states: Iterable[SessionState]) -> None:
-        """Within a unit of work: ``states`` are session rows read before it began (as they
-        were read: their versions). The unit's next ``update`` of each swaps from it, handing
-        it over (see ``transact``'s ``read``)."""
+        """Within a unit of work: ``states`` are session rows the caller read (before the
+        unit began, or in it, unlocked). The unit's next ``update`` of each swaps from it
+        instead of reading it again, locked, and may change it in place: the caller hands it
+        over (see ``transact``'s ``read``). Only in the unit's first attempt: a retried one
+        reads every row it updates."""
         unit.remember(states)
 
     def _committed(self, batch: WriteBatch) -> None:
@@ -195,10 +197,7 @@ class SessionStore:
     @read_retried
     async def load(self, session_id: str) -> SessionState | None:
         """The session, or ``None``."""
-        state = await self._paths.load(session_id, None)
-        if state is not None:
-            unit.remember((state,))
-        return state
+        return await self._paths.load(session_id, None)
 
     async def get(self, session_id: str) -> SessionState:
         """The session.
@@ -214,9 +213,7 @@ class SessionStore:
     @read_retried
     async def load_many(self, session_ids: Iterable[str]) -> dict[str, SessionState]:
         """The sessions that exist among ``session_ids``."""
-        found = await self._paths.load_many(list(dict.fromkeys(session_ids)), None)
-        unit.remember(found.values())
-        return found
+        return await self._paths.load_many(list(dict.fromkeys(session_ids)), None)
 
     async def save(self, state: SessionState) -> SessionState:
         """Write ``state`` if the row is still at ``state.version``; returns it at version + 1.
@@ -241,8 +238,9 @@ class SessionStore:
     ) -> tuple[dict[str, SessionState], T]:
         """Read-modify-write one or more session rows atomically, compare-and-swap on versions.
 
-        In a unit of work that read the rows (or was handed them, ``transact(read=...)``),
-        the swap starts from them instead of reading them again (``unit.py``).
+        In a unit of work handed the rows as read earlier (``transact(read=...)``,
+        ``read_earlier``), the swap starts from them instead of reading them again
+        (``unit.py``).
 
         ``mutate`` gets the current states by id (it may change them in place) and returns a
         value; it raises ``NoChange(value)`` to return without writing, or ``Fenced`` to roll
@@ -342,9 +340,7 @@ class SessionStore:
         Raises:
             SessionNotFoundError: no such session.
         """
-        inputs = await self._paths.step_inputs(session_id, slot, None)
-        unit.remember(inputs[:1])
-        return inputs
+        return await self._paths.step_inputs(session_id, slot, None)
 
     @read_retried
     async def resume_inputs(

@@ -161,15 +161,16 @@ async def test_a_step_commit_lands_whole_with_its_compare_and_swap(store: Sessio
 async def test_a_step_commit_is_two_statements(
     pg_store: SessionStore, statements: list[str]
 ) -> None:
-    """On Postgres the commit above is the lock of its rows and one statement of writes."""
+    """On Postgres the commit above is the lock of its rows and one statement of writes,
+    between BEGIN and COMMIT (on the unit's driver connection, sent as statements)."""
     store = pg_store
     await store.create_session(session("s1", status="running", run_id="r"))
     await store.create_session(session("c1", root="s1", status="running", run_id="r"))
     statements.clear()
 
     await store.transact(_step_commit(store, "c1", ["c1", "s1"], ["text"], usage="u1"))
-    assert len(statements) == 2, statements
-    assert "FOR UPDATE" in statements[0]
+    assert len(statements) == 4 and (statements[0], statements[3]) == ("BEGIN", "COMMIT")
+    assert "FOR UPDATE" in statements[1], statements
     assert (await store.get("c1")).latest_checkpoint_id == "slot"
     assert (await store.get("s1")).version == 1
 
@@ -177,7 +178,7 @@ async def test_a_step_commit_is_two_statements(
 async def test_a_commit_from_a_prior_read_is_one_statement(
     pg_store: SessionStore, statements: list[str]
 ) -> None:
-    """A commit that starts from the row as read before it (``Prior``: a model step's read
+    """A commit that starts from the row as read before it (``read``: a model step's read
     before its model call) sends its writes as one statement, no lock read; its events are
     numbered from the row as the swap finds it, after events appended since the read."""
     store = pg_store

@@ -120,16 +120,16 @@ async def test_a_mutation_runs_again_after_a_lost_race(
     variables (which would hold the lost attempt's work too)."""
     await store.create_session(session("s1"))
     calls: list[int] = []
-    original = SessionStore.save
+    original = SessionStore._save
     lost = {"left": 1}
 
-    async def save(self: SessionStore, state: SessionState, conn: Any = None) -> SessionState:
+    async def save(self: SessionStore, state: SessionState, conn: Any) -> SessionState:
         if lost["left"]:
             lost["left"] -= 1
             raise StaleStateError("a concurrent writer won")
-        return await original(self, state)
+        return await original(self, state, conn)
 
-    monkeypatch.setattr(SessionStore, "save", save)
+    monkeypatch.setattr(SessionStore, "_save", save)
 
     def mutate(states: dict[str, SessionState]) -> int:
         calls.append(1)
