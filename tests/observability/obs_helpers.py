@@ -51,16 +51,16 @@ def settings_for(url: str, **extra: Any) -> HelixSettings:
 class FlakySaves:
     """Make the next ``count`` session writes lose their compare-and-swap race, for real.
 
-    The patched ``SessionStore.save`` raises the store's own ``StaleStateError``, exactly as a
+    The patched ``SessionStore._save`` (every swap of a session row goes through it) raises the store's own ``StaleStateError``, exactly as a
     concurrent writer would make it, so the runtime's retry loop and its events run unchanged.
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.remaining = 0
         self.raised = 0
-        original = SessionStore.save
+        original = SessionStore._save
 
-        async def save(store: SessionStore, state: Any, conn: Any = None) -> Any:
+        async def save(store: SessionStore, state: Any, conn: Any) -> Any:
             if self.remaining > 0:
                 self.remaining -= 1
                 self.raised += 1
@@ -68,9 +68,9 @@ class FlakySaves:
                     f"Session {state.session_id!r} changed since version {state.version}",
                     sessionId=state.session_id,
                 )
-            return await original(store, state)
+            return await original(store, state, conn)
 
-        monkeypatch.setattr(SessionStore, "save", save)
+        monkeypatch.setattr(SessionStore, "_save", save)
 
     def arm(self, count: int) -> None:
         """Fail the next ``count`` writes."""

@@ -233,17 +233,17 @@ async def test_ownership_write_failure_is_raised_never_swallowed(
     left half-registered."""
     root_agent, llms = tree()
     rt = await make_runtime([root_agent])
-    real_save = rt.store.save
+    real_save = rt.store._save
     attempts: list[str] = []
 
-    async def losing_save(state: SessionState, conn: Any = None) -> SessionState:
+    async def losing_save(state: SessionState, conn: Any) -> SessionState:
         if state.is_root and state.ownership:
             attempts.append(state.session_id)
             raise StaleStateError("another writer won", sessionId=state.session_id)
         saved: SessionState = await real_save(state, conn)
         return saved
 
-    monkeypatch.setattr(rt.store, "save", losing_save)
+    monkeypatch.setattr(rt.store, "_save", losing_save)
     with capture_log_events() as logged:
         handle = await rt.start("root", "go")
         assert (await rt.wait(handle.session_id))["status"] == "completed"
