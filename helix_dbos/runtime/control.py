@@ -67,45 +67,18 @@ async def stop_tree(
     at = now_ms()
     root_id = tree[0].root_session_id
     ids = [s.session_id for s in tree]
-    error = (
-        {"code": "framework_cancelled", "message": reason or "The session was aborted"}
-        if abort
-        else None
-    )
+    error = _stop_error(abort, reason)
     outcome = "failed" if abort else "interrupted"
 
     def record(states: dict[str, SessionState]) -> tuple[Stopped, list[str]]:
         # Pure: it may run again on a retried transaction; it reports what it stopped.
-        root = states[root_id]
-        stopped: Stopped = []
-        live = [states[sid] for sid in ids if states[sid].status in ACTIVE_STATUSES]
-        if not live:
-            raise NoChange((stopped, []))
-        for s in live:
-            stopped.extend((s, entry) for entry in stop_pending(s, root, at))
-            s.metadata.pop(STASH_KEY, None)
-            s.metadata.pop(HIBERNATED_KEY, None)  # nothing is left to continue
-            # A persistent session's workflow is cancelled below: the next message starts anew.
-            records.release_mark(s.metadata, s.workflow_id)
-            s.status = "failed" if abort else "interrupted"
-            s.error = error
-        return stopped, [s.session_id for s in live]
+        return _record_stop(states, root_id, ids, at, error)
 
     async def commit() -> tuple[dict[str, SessionState], list[str], Stopped]:
         saved, (stopped, ended) = await ctx.store.update(
             list(dict.fromkeys([root_id, *ids])), record
         )
-        rows: list[dict[str, Any]] = []
-        for state, entry in stopped:
-            common: dict[str, Any] = {
-                "session_id": state.session_id,
-                "run_id": entry.run_id,
-                "tool_call_id": entry.tool_call_id,
-                "tool_name": entry.tool_name,
-                "at_ms": at,
-            }
-            rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
-            rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
+        rows = _stop_usage_rows(stopped, at)
         await ctx.store.record_usage(rows)
         cleared = [(state.session_id, entry) for state, entry in stopped]
         await notes.write(notes.stop_rows(root_id, cleared, at), in_commit=False)
@@ -124,6 +97,71 @@ async def stop_tree(
         log_fields={"sessionIds": list(dict.fromkeys([root_id, *ids]))},
     )
     await _enforce_stop(ctx, [saved[sid] for sid in ended], stopped)
+    _log_stopped_calls(stopped, at, abort)
+    _log_stopped_turns(saved, ended, stopped, at, outcome)
+    top = saved.get(tree[0].session_id, tree[0])
+    if top.parent_session_id is not None and top.session_id in ended:
+        await _report_stopped_child(ctx, top)
+    return top
+
+
+def _stop_error(abort: bool, reason: str | None) -> dict[str, str] | None:
+    """The ``error`` a stop records on each session it ends: none for an interrupt; for an
+    abort, ``framework_cancelled`` with the reason given (or a default message)."""
+    if not abort:
+        return None
+    return {"code": "framework_cancelled", "message": reason or "The session was aborted"}
+
+
+def _record_stop(
+    states: dict[str, SessionState],
+    root_id: str,
+    ids: list[str],
+    at: int,
+    error: dict[str, str] | None,
+) -> tuple[Stopped, list[str]]:
+    """A stop's mutation of a tree's rows (``ids``, parents first, and its root's): each
+    active session loses its pending calls (tombstoned on the root), its stashed message, its
+    hibernation and its persistent mark, and ends ``failed`` with ``error`` (an abort) or
+    ``interrupted``. Returns the calls cleared and the sessions ended; raises ``NoChange``
+    when no session of the tree is active any more.
+
+    Pure on ``states``: a retried transaction runs it again on rows read again."""
+    root = states[root_id]
+    stopped: Stopped = []
+    live = [states[sid] for sid in ids if states[sid].status in ACTIVE_STATUSES]
+    if not live:
+        raise NoChange((stopped, []))
+    for s in live:
+        stopped.extend((s, entry) for entry in stop_pending(s, root, at))
+        s.metadata.pop(STASH_KEY, None)
+        s.metadata.pop(HIBERNATED_KEY, None)  # nothing is left to continue
+        # A persistent session's workflow is cancelled by the stop: the next message starts anew.
+        records.release_mark(s.metadata, s.workflow_id)
+        s.status = "failed" if error is not None else "interrupted"
+        s.error = error
+    return stopped, [s.session_id for s in live]
+
+
+def _stop_usage_rows(stopped: Stopped, at: int) -> list[dict[str, Any]]:
+    """The usage rows of the calls a stop cleared: a ``client_tool_abort`` count and the
+    wait each call had until ``at``, two rows a call."""
+    rows: list[dict[str, Any]] = []
+    for state, entry in stopped:
+        common: dict[str, Any] = {
+            "session_id": state.session_id,
+            "run_id": entry.run_id,
+            "tool_call_id": entry.tool_call_id,
+            "tool_name": entry.tool_name,
+            "at_ms": at,
+        }
+        rows.append(metrics.counter_row(metrics.CLIENT_TOOL_ABORT, **common))
+        rows.append(metrics.wait_row(wait_ms=at - entry.registered_at, **common))
+    return rows
+
+
+def _log_stopped_calls(stopped: Stopped, at: int, abort: bool) -> None:
+    """Log each call a stop cleared, and count the waiting ones' outcome as ``stopped``."""
     for state, entry in stopped:
         log_event(
             "client_tool.aborted",
@@ -136,6 +174,12 @@ async def stop_tree(
         )
         if entry.submitted_at is None:  # an answered call was no longer waiting
             approval_metrics.record_outcome(entry.tool_name, "stopped", at - entry.registered_at)
+
+
+def _log_stopped_turns(
+    saved: dict[str, SessionState], ended: list[str], stopped: Stopped, at: int, outcome: str
+) -> None:
+    """Log the summary line of each turn a stop ended, and count its outcome."""
     for sid in ended:
         # The stopped turn's workflow is cancelled and cannot log its own summary line.
         mine = [entry for state, entry in stopped if state.session_id == sid]
@@ -148,10 +192,6 @@ async def stop_tree(
             waitMs=sum(at - e.registered_at for e in mine),
         )
         approval_metrics.record_turn(outcome)
-    top = saved.get(tree[0].session_id, tree[0])
-    if top.parent_session_id is not None and top.session_id in ended:
-        await _report_stopped_child(ctx, top)
-    return top
 
 
 async def _report_stopped_child(ctx: RuntimeContext, child: SessionState) -> None:
@@ -207,17 +247,13 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
             suspension that also awaits sub-agents.
         AgentAlreadyRunningError: the batch is already being drained.
     """
-    tree = await tree_of(ctx, root.session_id)
-    if any(s.pending for s in tree[1:]) or any(s.status in ACTIVE_STATUSES for s in tree[1:]):
+    if _awaits_sub_agents(await tree_of(ctx, root.session_id)):
         raise AgentNotResumableError(
             "The session also awaits sub-agents; a new message cannot be delivered now",
             sessionId=root.session_id,
         )
-    at = now_ms()
     run_id = root.run_id or ""
-    awaited = [
-        p.tool_call_id for p in unanswered(batch_of(root.pending, run_id)) if not p.lapsed_by(at)
-    ]
+    awaited = _still_awaited(root, run_id, now_ms())
     if awaited and not abandon:
         raise AgentNotResumableError(
             f"The batch is partial: still awaiting {', '.join(awaited)}",
@@ -227,25 +263,7 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
         )
 
     def stash(states: dict[str, SessionState]) -> list[str]:
-        s = states[root.session_id]
-        if (
-            s.status != "suspended_client_tool"
-            or not batch_of(s.pending, run_id)
-            or s.run_id != run_id
-        ):
-            raise NoChange(None)
-        if STASH_KEY in s.metadata:
-            raise NoChange(None)
-        stashed: EntryStash = {"message": message, "abandonPending": abandon, "runId": run_id}
-        s.metadata[STASH_KEY] = stashed
-        mark = mark_of(s)
-        if mark is not None and abandon and not waits_on_child(mark):
-            # An abandoned batch waits no more: continue it now (a turn waiting on its
-            # sub-agent drains the batch once the sub-agent ends).
-            mark["dueAt"] = 0
-        # Wake every call of the batch: the coroutine may be parked on an answered call whose
-        # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
-        return [p.tool_call_id for p in batch_of(s.pending, run_id)]
+        return _stash_on(states[root.session_id], run_id, message, abandon)
 
     saved, to_wake = await ctx.store.update([root.session_id], stash)
     if to_wake is None:
@@ -253,19 +271,68 @@ async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, aba
             "The turn is already continuing; send the message when it ends",
             sessionId=root.session_id,
         )
-    stashed_on = saved[root.session_id]
-    if mark_of(stashed_on) is not None:
-        # A hibernated turn: no workflow to wake; an abandon continues it now, a drain-first
-        # message waits in the row for the batch's last answer (or its deadline).
-        if abandon:
-            await start_continuation(ctx, stashed_on)
-    elif abandon and root.workflow_id:
-        for tcid in to_wake:
-            await send_to_turn(
-                ctx,
-                root.workflow_id,
-                {"kind": "abandon"},
-                names.tool_result_topic(tcid),
-                names.control_idempotency_key(run_id, tcid, "abandon"),
-            )
+    if abandon:
+        await _continue_abandoned(ctx, saved[root.session_id], root.workflow_id, run_id, to_wake)
     return names.next_run_id(run_id)
+
+
+def _awaits_sub_agents(tree: list[SessionState]) -> bool:
+    """Whether a sub-agent of the tree (below its top) has calls pending or a turn running:
+    a new message for the top would land in the middle of their wait."""
+    below = tree[1:]
+    return any(s.pending for s in below) or any(s.status in ACTIVE_STATUSES for s in below)
+
+
+def _still_awaited(root: SessionState, run_id: str, at: int) -> list[str]:
+    """The calls of ``run_id``'s batch that still await an answer at ``at``: unanswered, and
+    their deadline not lapsed (a lapsed call's result is its expiry)."""
+    batch = batch_of(root.pending, run_id)
+    return [p.tool_call_id for p in unanswered(batch) if not p.lapsed_by(at)]
+
+
+def _stash_on(s: SessionState, run_id: str, message: str, abandon: bool) -> list[str]:
+    """Stash ``message`` on the session's row for the turn parked on ``run_id``'s batch, and
+    return the calls of the batch to wake. Raises ``NoChange(None)`` when that turn is no
+    longer parked on the batch, or a message is stashed already: the batch is being drained.
+
+    Pure on ``s``: a retried transaction runs it again on the row read again."""
+    if s.status != "suspended_client_tool" or not batch_of(s.pending, run_id) or s.run_id != run_id:
+        raise NoChange(None)
+    if STASH_KEY in s.metadata:
+        raise NoChange(None)
+    stashed: EntryStash = {"message": message, "abandonPending": abandon, "runId": run_id}
+    s.metadata[STASH_KEY] = stashed
+    mark = mark_of(s)
+    if mark is not None and abandon and not waits_on_child(mark):
+        # An abandoned batch waits no more: continue it now (a turn waiting on its
+        # sub-agent drains the batch once the sub-agent ends).
+        mark["dueAt"] = 0
+    # Wake every call of the batch: the coroutine may be parked on an answered call whose
+    # own wake-up was lost. A stored answer is kept either way (the drain reads the store).
+    return [p.tool_call_id for p in batch_of(s.pending, run_id)]
+
+
+async def _continue_abandoned(
+    ctx: RuntimeContext,
+    stashed_on: SessionState,
+    workflow_id: str | None,
+    run_id: str,
+    to_wake: list[str],
+) -> None:
+    """Make the turn take up the message that abandoned its batch now: a hibernated turn's
+    continuation is started, a parked turn is woken on each call of the batch. (A message
+    that drains the batch first waits in the row for the batch's last answer or deadline.)"""
+    if mark_of(stashed_on) is not None:
+        # A hibernated turn: no workflow to wake.
+        await start_continuation(ctx, stashed_on)
+        return
+    if not workflow_id:
+        return
+    for tcid in to_wake:
+        await send_to_turn(
+            ctx,
+            workflow_id,
+            {"kind": "abandon"},
+            names.tool_result_topic(tcid),
+            names.control_idempotency_key(run_id, tcid, "abandon"),
+        )

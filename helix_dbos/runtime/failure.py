@@ -11,11 +11,13 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 
+from dbos import error as dbos_error
+
 from ..errors import HelixError
 from ..observability.log import log_event
 from .records import TurnError
 
-__all__ = ["FIXED_MESSAGES", "internal_error", "turn_error"]
+__all__ = ["FIXED_MESSAGES", "failure_of", "internal_error", "turn_error"]
 
 FIXED_MESSAGES: dict[str, str] = {
     "framework_internal_error": "An internal error ended the turn.",
@@ -42,6 +44,19 @@ def internal_error() -> HelixError:
     """The error of an unexpected exception: ``framework_internal_error``, nothing revealed."""
     err = HelixError(_message("framework_internal_error"))
     return err
+
+
+def failure_of(exc: Exception) -> HelixError:
+    """The typed error a turn ends with when ``exc`` escaped it: a ``HelixError`` is its own;
+    a step that kept failing (``DBOSMaxStepRetriesExceeded``: a retryable provider error,
+    say) ends with the last ``HelixError`` it raised; anything else (an adapter bug, a
+    tool-less crash) is ``internal_error``, revealing nothing."""
+    if isinstance(exc, HelixError):
+        return exc
+    if isinstance(exc, dbos_error.DBOSMaxStepRetriesExceeded):
+        typed = [e for e in exc.errors if isinstance(e, HelixError)]
+        return typed[-1] if typed else internal_error()
+    return internal_error()
 
 
 def turn_error(

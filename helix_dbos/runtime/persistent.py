@@ -45,7 +45,7 @@ from ..core.session import SessionState
 from ..errors import AgentAlreadyRunningError, HelixError
 from ..observability.log import log_event
 from ..store.connection import IntegrityError
-from ..store.store import NoChange, patience
+from ..store.store import NoChange, SessionStore, patience
 from . import companion_replies, companion_wake, names, records
 from .context import RuntimeContext, current, workflow_task
 from .continuation import continuation_of
@@ -214,19 +214,11 @@ async def deliver(
     stale = await _stale_mark(ctx, session_id)
 
     async def body() -> tuple[SessionState, str, Delivery, str]:
+        # The claim and its entry, with the mark of a new workflow or the live one's message.
         if within is not None:
             await within()
         existing = await store.load(session_id)
-        live: str | None = None
-        if existing is not None:
-            # Read the mark holding the row (FOR UPDATE on Postgres, the write lock on SQLite)
-            # until this transaction ends: a hibernation cannot slip in before the send below.
-            _, live = await store.update(
-                [session_id],
-                lambda states: _no_change(live_workflow(states[session_id])),
-            )
-            if live is not None and live == stale:
-                live = None  # start a new workflow instead
+        live = None if existing is None else await _live_holding_row(store, session_id, stale)
         workflow_id = live or names.persistent_workflow_id(session_id, run_id)
         entered = await open_turn(
             store,
@@ -251,25 +243,7 @@ async def deliver(
             return state, workflow_id, "started", "none"
         if ctx.client is None:
             return state, workflow_id, "delivered", "unavailable"
-        inbox: records.InboxMessage = {"kind": "turn", "runId": run_id}
-        try:
-            await send_in_transaction(
-                ctx,
-                workflow_id,
-                inbox,
-                names.INBOX_TOPIC,
-                names.inbox_idempotency_key(run_id),
-                sessionId=session_id,
-                runId=run_id,
-            )
-        except SendNotEnlisted:
-            # The claim must not commit without its message: nothing would run the turn.
-            raise HelixError(
-                "The message could not be handed to the session's workflow; nothing was "
-                "recorded, send it again",
-                retryable=True,
-                sessionId=session_id,
-            ) from None
+        await _enqueue_turn(ctx, workflow_id, session_id, run_id)
         return state, workflow_id, "delivered", "sent"
 
     try:
@@ -281,22 +255,7 @@ async def deliver(
     entered = Entered(state, run_id, workflow_id, delivery)
     if stale is not None and delivery == "started":
         log_event("persistent.mark_stale", sessionId=session_id, workflowId=stale)
-    if delivery == "delivered":
-        if sent == "unavailable":
-            inbox_late: records.InboxMessage = {"kind": "turn", "runId": run_id}
-            await send_to_turn(
-                ctx,
-                workflow_id,
-                inbox_late,
-                names.INBOX_TOPIC,
-                names.inbox_idempotency_key(run_id),
-            )
-        elif ctx.messenger is None:
-            wake_local(workflow_id, names.INBOX_TOPIC)
-    else:
-        # Committed first: a crash before this start leaves the claim to the reconciler,
-        # which starts the workflow under the same id.
-        entered.workflow = await start_persistent(state, run_id, workflow_id)
+    await _hand_over(ctx, entered, sent)
     log_event(
         "persistent.delivered",
         sessionId=session_id,
@@ -305,6 +264,73 @@ async def deliver(
         delivery=delivery,
     )
     return entered
+
+
+async def _live_holding_row(store: SessionStore, session_id: str, stale: str | None) -> str | None:
+    """In the delivery's transaction: the workflow an existing session's mark names as live,
+    or ``None`` (no mark, or the mark names ``stale``: a new workflow starts instead)."""
+    # Read the mark holding the row (FOR UPDATE on Postgres, the write lock on SQLite)
+    # until this transaction ends: a hibernation cannot slip in before the inbox's message.
+    _, live = await store.update(
+        [session_id],
+        lambda states: _no_change(live_workflow(states[session_id])),
+    )
+    return None if live == stale else live
+
+
+async def _enqueue_turn(
+    ctx: RuntimeContext, workflow_id: str, session_id: str, run_id: str
+) -> None:
+    """In the delivery's transaction: put the turn ``run_id`` in the live workflow's inbox
+    (a DBOS message written with the claim, keyed by the run so it is taken once).
+
+    Raises:
+        HelixError: (retryable) the message could not be enlisted in the transaction.
+    """
+    inbox: records.InboxMessage = {"kind": "turn", "runId": run_id}
+    try:
+        await send_in_transaction(
+            ctx,
+            workflow_id,
+            inbox,
+            names.INBOX_TOPIC,
+            names.inbox_idempotency_key(run_id),
+            sessionId=session_id,
+            runId=run_id,
+        )
+    except SendNotEnlisted:
+        # The claim must not commit without its message: nothing would run the turn.
+        raise HelixError(
+            "The message could not be handed to the session's workflow; nothing was "
+            "recorded, send it again",
+            retryable=True,
+            sessionId=session_id,
+        ) from None
+
+
+async def _hand_over(ctx: RuntimeContext, entered: Entered, sent: str) -> None:
+    """After the delivery committed: start the workflow it marked, or make sure the live one
+    reads its inbox (``sent``: how the transaction left the inbox message, ``sent`` or
+    ``unavailable`` when this process has no DBOS client to enlist it)."""
+    if entered.delivery == "started":
+        # Committed first: a crash before this start leaves the claim to the reconciler,
+        # which starts the workflow under the same id.
+        entered.workflow = await start_persistent(
+            entered.state, entered.run_id, entered.workflow_id
+        )
+    elif sent == "unavailable":
+        inbox_late: records.InboxMessage = {"kind": "turn", "runId": entered.run_id}
+        await send_to_turn(
+            ctx,
+            entered.workflow_id,
+            inbox_late,
+            names.INBOX_TOPIC,
+            names.inbox_idempotency_key(entered.run_id),
+        )
+    elif ctx.messenger is None:
+        # The in-process wake-up (as ``send_to_turn`` gives): a workflow parked on its inbox
+        # in this process reads the committed message at once.
+        wake_local(entered.workflow_id, names.INBOX_TOPIC)
 
 
 async def _stale_mark(ctx: RuntimeContext, session_id: str) -> str | None:

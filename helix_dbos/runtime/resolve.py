@@ -23,83 +23,83 @@ def resolve_call(item: ToolCallRef, entry: dict[str, Any] | None, abandon: bool)
     """
     tcid, name = item["toolCallId"], item["toolName"]
     if entry is None:
-        return {
-            "toolCallId": tcid,
-            "toolName": name,
-            "suspended": True,
-            "ok": False,
-            "errorCode": "not_executed",
-            "outcome": "not_executed",
-            "waitMs": 0,
-        }
-    deadline: int = entry["deadlineAt"]
-    submitted = entry.get("submittedAt")
-    if submitted is None:
+        return _not_executed(tcid, name)
+    if entry.get("submittedAt") is None:
         # No answer: a new message abandoned it, or its deadline lapsed (the call expired: what
         # that means is the tool's policy, ``_expired``).
         if abandon:
-            return {
-                "toolCallId": tcid,
-                "toolName": name,
-                "suspended": True,
-                "deadlineAt": deadline,
-                "ok": False,
-                "outcome": "abandoned",
-                "errorCode": "client_tool_abandoned",
-                "waitMs": 0,
-            }
+            return _abandoned(tcid, name, entry["deadlineAt"])
         return _expired(tcid, name, entry)
-    wait_ms: int = submitted - entry["registeredAt"]
-    response = entry.get("response") or {}
+    return _answered(tcid, name, entry)
 
+
+def _not_executed(tcid: str, name: str) -> ToolResult:
+    """The result of a call whose entry is gone (a stop cleared it): it never ran."""
+    return {
+        "toolCallId": tcid,
+        "toolName": name,
+        "suspended": True,
+        "ok": False,
+        "errorCode": "not_executed",
+        "outcome": "not_executed",
+        "waitMs": 0,
+    }
+
+
+def _abandoned(tcid: str, name: str, deadline: int) -> ToolResult:
+    """The result of an unanswered call a new message abandoned (``abandon_pending``)."""
+    return {
+        "toolCallId": tcid,
+        "toolName": name,
+        "suspended": True,
+        "deadlineAt": deadline,
+        "ok": False,
+        "outcome": "abandoned",
+        "errorCode": "client_tool_abandoned",
+        "waitMs": 0,
+    }
+
+
+def _answered(tcid: str, name: str, entry: dict[str, Any]) -> ToolResult:
+    """The result of a call with a stored answer: a client's result or error, or a human's
+    approval or denial. Every such result starts with the same fields, in the same order."""
+    answered: dict[str, Any] = {
+        "toolCallId": tcid,
+        "toolName": name,
+        "suspended": True,
+        "deadlineAt": entry["deadlineAt"],
+        "outcome": "answered",
+        "waitMs": entry["submittedAt"] - entry["registeredAt"],
+    }
+    response = entry.get("response") or {}
     if entry["kind"] == "client":
-        if "error" in response:
-            return {
-                "toolCallId": tcid,
-                "toolName": name,
-                "suspended": True,
-                "deadlineAt": deadline,
-                "outcome": "answered",
-                "waitMs": wait_ms,
-                "ok": False,
-                "error": response["error"],
-                "errorCode": None,
-            }
-        return {
-            "toolCallId": tcid,
-            "toolName": name,
-            "suspended": True,
-            "deadlineAt": deadline,
-            "outcome": "answered",
-            "waitMs": wait_ms,
-            "ok": True,
-            "result": response.get("result"),
-        }
+        answered.update(_client_answer(response))
+    else:
+        answered.update(_approval_answer(response, entry))
+    return cast("ToolResult", answered)
+
+
+def _client_answer(response: dict[str, Any]) -> dict[str, Any]:
+    """What a client's answer adds: its error (no code: the client's own words), or its
+    result (whatever JSON it sent, ``null`` included)."""
+    if "error" in response:
+        return {"ok": False, "error": response["error"], "errorCode": None}
+    return {"ok": True, "result": response.get("result")}
+
+
+def _approval_answer(response: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """What a human's answer to an approval adds: a denial (with its reason, if given), or
+    the input the tool runs with (the edited one, if edited)."""
     if not response.get("approved"):
         reason = response.get("reason")
         return {
-            "toolCallId": tcid,
-            "toolName": name,
-            "suspended": True,
-            "deadlineAt": deadline,
-            "outcome": "answered",
-            "waitMs": wait_ms,
             "ok": False,
             "error": "A human denied this call." + (f" Reason: {reason}" if reason else ""),
             "errorCode": "approval_denied",
         }
     # An edit of ``{}`` is an edit (every field defaulted), not "no edit". No ``ok`` yet: it is
     # the tool's to say (``turn._resolve`` completes this result with the tool's own).
-    approved = {
-        "toolCallId": tcid,
-        "toolName": name,
-        "suspended": True,
-        "deadlineAt": deadline,
-        "outcome": "answered",
-        "waitMs": wait_ms,
-        "runInput": response["editedInput"] if "editedInput" in response else entry["input"],
-    }
-    return cast("ToolResult", approved)
+    return {"runInput": response["editedInput"] if "editedInput" in response else entry["input"]}
 
 
 def _expired(tcid: str, name: str, entry: dict[str, Any]) -> ToolResult:

@@ -37,7 +37,6 @@ import asyncio
 from typing import Any, cast
 
 from dbos import DBOS
-from dbos import error as dbos_error
 
 from ..core.agents import Agent
 from ..errors import HelixError
@@ -48,7 +47,7 @@ from .batch_job import continue_batch, finishing, wait_ms
 from .children import run_child
 from .companion_wake import after_turn
 from .context import current, workflow_task
-from .failure import internal_error, turn_error
+from .failure import failure_of, turn_error
 from .handover import EntryInputs, FirstStep, ParkedBatch
 from .model_step import model_answer
 from .outcomes import (
@@ -152,14 +151,9 @@ class _Turn:
         first = 0
         resume, self.resume = self.resume, None
         if resume is None:
-            handed = await current().handovers.take(self.workflow_id)
-            if handed is None:
-                # The entry that started this turn failed: there is no run to continue.
-                return stopped_outcome(self.run_id)
-            if self.layout < 2:
-                return await self._retired()  # after its entry committed, if it was ours
-            self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
-            del handed  # this frame lives while the turn is parked: the step is held once
+            ended = await self._take_entry()
+            if ended is not None:
+                return ended
         # One frame for the loop and its error handling: every frame on a parked turn's stack
         # is memory each parked turn holds.
         try:
@@ -180,19 +174,13 @@ class _Turn:
                     if outcome is not None:
                         return outcome
                 return await self._finish("failed", "", self._error(None, "max_steps_exceeded"))
-            except HelixError as exc:
-                return await self._fail(exc, exc)
-            except dbos_error.DBOSMaxStepRetriesExceeded as exc:
-                # A retryable provider error that kept failing: fail typed with the last one.
-                last = next((e for e in reversed(exc.errors) if isinstance(e, HelixError)), None)
-                return await self._fail(last or internal_error(), exc)
             except Stopped:
                 raise
             except Exception as exc:
-                # Anything else (an adapter bug, a tool-less crash): the turn ends failed and
-                # typed, so the session never stays "running" with no workflow behind it.
-                # DBOS's own cancellation is a BaseException and passes through.
-                return await self._fail(internal_error(), exc)
+                # The turn ends failed and typed (``failure_of``), whatever went wrong, so the
+                # session never stays "running" with no workflow behind it. DBOS's own
+                # cancellation is a BaseException and passes through.
+                return await self._fail(failure_of(exc), exc)
         except Stopped:
             return stopped_outcome(self.run_id)
         finally:
@@ -201,6 +189,18 @@ class _Turn:
             if isinstance(entry, asyncio.Task):
                 entry.cancel()
             current().batch_jobs.forget(DBOS.workflow_id or "")
+
+    async def _take_entry(self) -> TurnOutcome | None:
+        """Take what the turn's entry handed over (``handover``) as the first step's start;
+        the turn's outcome if it ends here: its entry failed, or contract-1 recorded it."""
+        handed = await current().handovers.take(self.workflow_id)
+        if handed is None:
+            # The entry that started this turn failed: there is no run to continue.
+            return stopped_outcome(self.run_id)
+        if self.layout < 2:
+            return await self._retired()  # after its entry committed, if it was ours
+        self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
+        return None
 
     async def _retired(self) -> TurnOutcome:
         """A turn recorded by contract-1 (layout 1, its commits DBOS steps this release no

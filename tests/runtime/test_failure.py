@@ -4,9 +4,10 @@ log only (scrubbed), never to the session, ``/status`` or the stream."""
 from __future__ import annotations
 
 import pytest
+from dbos import error as dbos_error
 
-from helix_dbos.errors import ErrorCode
-from helix_dbos.runtime.failure import FIXED_MESSAGES, internal_error, turn_error
+from helix_dbos.errors import ErrorCode, HelixError
+from helix_dbos.runtime.failure import FIXED_MESSAGES, failure_of, internal_error, turn_error
 from helix_dbos.testing import capture_log_events
 
 SECRET = "postgresql://app:hunter2@db/prod SELECT * FROM users"
@@ -94,3 +95,35 @@ def test_an_internal_error_reveals_nothing() -> None:
         "code": "framework_internal_error",
         "retryable": False,
     }
+
+
+def test_a_typed_error_ends_the_turn_as_itself() -> None:
+    """A ``HelixError`` escaping the turn is the error it ends with, code and all."""
+    error = HelixError("typed", retryable=True)
+    assert failure_of(error) is error
+
+
+def test_a_step_out_of_retries_ends_with_its_last_typed_error() -> None:
+    """A step that kept failing ends the turn with the last ``HelixError`` among its
+    attempts' errors (the provider's latest word), not the first, nor an untyped one."""
+    first, last = HelixError("first"), HelixError("last")
+    exhausted = dbos_error.DBOSMaxStepRetriesExceeded(
+        "model", 3, [first, last, RuntimeError(SECRET)]
+    )
+    assert failure_of(exhausted) is last
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RuntimeError(SECRET),
+        dbos_error.DBOSMaxStepRetriesExceeded("model", 3, [RuntimeError(SECRET)]),
+        dbos_error.DBOSMaxStepRetriesExceeded("model", 3, []),
+    ],
+    ids=["untyped", "retries of untyped errors", "retries of no error"],
+)
+def test_anything_else_ends_the_turn_with_an_internal_error(exc: Exception) -> None:
+    """No typed error to end with: ``framework_internal_error``, the exception's text kept out."""
+    failure = failure_of(exc)
+    assert failure.to_body() == internal_error().to_body()
+    assert "hunter2" not in str(failure.to_body())

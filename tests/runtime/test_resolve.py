@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from helix_dbos.core.session import CallKind
 from helix_dbos.runtime.records import ToolCallRef, ToolResult, TurnOutcome
-from helix_dbos.runtime.resolve import call_outcome, child_result, end_fields, resolve_call
+from helix_dbos.runtime.resolve import (
+    _approval_answer,
+    _client_answer,
+    call_outcome,
+    child_result,
+    end_fields,
+    resolve_call,
+)
 from tests.support.builders import REGISTERED_AT, WAIT_MS, pending_call
 from tests.support.strategies import json_values
 
@@ -133,6 +140,59 @@ def test_an_expired_call_follows_the_policy_it_parked_under(
         assert result["result"] == [1]
     if policy is not None and policy["action"] == "approve":
         assert "ok" not in result
+
+
+def test_a_client_answer_adds_its_result_or_its_error() -> None:
+    """The client's error wins over a result sent with it; no error, the result (``null``
+    when none was sent)."""
+    assert _client_answer({"error": "disk full", "result": 1}) == {
+        "ok": False,
+        "error": "disk full",
+        "errorCode": None,
+    }
+    assert _client_answer({"result": [1]}) == {"ok": True, "result": [1]}
+    assert _client_answer({}) == {"ok": True, "result": None}
+
+
+def test_an_approval_answer_adds_a_denial_or_the_input_to_run() -> None:
+    """A denial (a missing ``approved`` is one), with the reason when given; an approval adds
+    only ``runInput``: the edit if there is one, else the call's stored input."""
+    call = {"input": {"text": "x"}}
+    assert _approval_answer({}, call) == {
+        "ok": False,
+        "error": "A human denied this call.",
+        "errorCode": "approval_denied",
+    }
+    assert _approval_answer({"approved": False, "reason": "no"}, call)["error"] == (
+        "A human denied this call. Reason: no"
+    )
+    assert _approval_answer({"approved": True}, call) == {"runInput": {"text": "x"}}
+    edited = {"approved": True, "editedInput": {"text": "y"}}
+    assert _approval_answer(edited, call) == {"runInput": {"text": "y"}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "response", "rest"),
+    [
+        ("client", {"result": 1}, ["ok", "result"]),
+        ("client", {"error": "no"}, ["ok", "error", "errorCode"]),
+        ("approval", {"approved": False}, ["ok", "error", "errorCode"]),
+        ("approval", {"approved": True}, ["runInput"]),
+    ],
+)
+def test_an_answered_result_starts_with_the_same_fields(
+    kind: CallKind, response: dict[str, Any], rest: list[str]
+) -> None:
+    """Every answered call's result has the same fields first, in one order (the order it is
+    recorded and streamed in), then what its answer adds."""
+    result = resolve_call(REF, answered(kind, response), abandon=False)
+    common = ["toolCallId", "toolName", "suspended", "deadlineAt", "outcome", "waitMs"]
+    assert list(result) == [*common, *rest]
+    assert (result["outcome"], result["waitMs"], result["deadlineAt"]) == (
+        "answered",
+        250,
+        DEADLINE,
+    )
 
 
 def test_resolving_is_pure() -> None:
