@@ -151,22 +151,25 @@ async def commit_once(
         )
         _run_effects(effects)
         return committed
-    except Fenced:
+    except Fenced as fenced:
         if read_first:
             raise
         # The run moved on: maybe because this very commit landed (a replay).
-        done = await recorded(slot)
-        if done is None:
-            raise
-        return done["state"]["result"]  # type: ignore[no-any-return]
-    except IntegrityError:
+        return await _result_of(slot, fenced)  # type: ignore[no-any-return]
+    except IntegrityError as duplicate:
         # A concurrent execution of the same step committed first: its result is ours.
-        done = await recorded(slot)
-        if done is None:
-            raise
-        return done["state"]["result"]  # type: ignore[no-any-return]
+        return await _result_of(slot, duplicate)  # type: ignore[no-any-return]
     finally:
         _effects.reset(token)
+
+
+async def _result_of(slot: str, failure: Exception) -> Any:
+    """The result recorded under ``slot`` by the execution that committed it; ``failure``
+    raised again if none did."""
+    done = await recorded(slot)
+    if done is None:
+        raise failure
+    return done["state"]["result"]
 
 
 def _session_ids(arguments: dict[str, Any], session_param: str) -> list[str]:
