@@ -204,8 +204,9 @@ def test_init_lists_the_offenders_once(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_the_package_passes_against_the_committed_baseline() -> None:
-    """helix_dbos/ keeps to its limits, or to what .ci/size_baseline.json records."""
+    """helix_dbos/ keeps to its limits, or to what .ci/size_baseline.json records (nothing,
+    since every module and function came within them: the ratchet only shrinks)."""
     baseline = check_size.load(ROOT / check_size.BASELINE)
     report = check_size.compare(check_size.measure(ROOT), baseline)
     assert report.failures == []
-    assert sum(len(entries) for entries in baseline.values()) > 0
+    assert sum(len(entries) for entries in baseline.values()) == 0
