@@ -100,9 +100,9 @@ async def list_executors(
     pending: dict[str, int] = {}
     for executor_id, _version, count in await dbos_tables.pending_groups_if_any(store, _TURNS):
         pending[executor_id] = pending.get(executor_id, 0) + count
-    async with store.engine.connect() as conn:
-        live = await fleet_tables.live_executors(conn, dialect, adopt_after_seconds)
-        rows = await fleet_tables.executor_rows(conn)
+    async with store.reading():
+        live = await fleet_tables.live_executors(dialect, adopt_after_seconds)
+        rows = await fleet_tables.executor_rows()
     out = []
     for r in rows:
         if r["executor_id"] in live:
@@ -152,27 +152,25 @@ async def forward_stranded(
     """
     dialect = store.dialect
     moved: list[str] = []
-    async with store.engine.connect() as conn:
-        groups = await dbos_tables.pending_groups(conn, dialect, schema, _TURNS)
-        live = await fleet_tables.live_executors(conn, dialect, adopt_after_seconds)
+    async with store.reading():
+        groups = await dbos_tables.pending_groups(dialect, schema, _TURNS)
+        live = await fleet_tables.live_executors(dialect, adopt_after_seconds)
     if from_version in live.values():
         return []  # its own live processes adopt their dead peers' turns
     for executor_id, version, _count in groups:
         if version != from_version or executor_id in live:
             continue
-        async with store.engine.begin() as conn:
+        async with store.writing():
             claimed = await fleet_tables.claim(
-                conn, dialect, executor_id, version, me, adopt_after_seconds
+                dialect, executor_id, version, me, adopt_after_seconds
             )
             if claimed:
-                ids = await dbos_tables.relabel(
-                    conn, dialect, schema, executor_id, version, to_version
-                )
+                ids = await dbos_tables.relabel(dialect, schema, executor_id, version, to_version)
                 if ids:
                     await fleet_tables.record(
-                        conn, ids, "forwarded", executor_id, version, me, to_version
+                        ids, "forwarded", executor_id, version, me, to_version
                     )
-                    await fleet_tables.hand_over(conn, executor_id, to_version)
+                    await fleet_tables.hand_over(executor_id, to_version)
                 moved.extend(ids)
     return moved
 
@@ -184,8 +182,8 @@ async def adoption_history(
     ids = sorted(set(workflow_ids))
     if not ids:
         return []
-    async with store.engine.connect() as conn:
-        rows = await fleet_tables.adoptions_of(conn, ids)
+    async with store.reading():
+        rows = await fleet_tables.adoptions_of(ids)
     return [
         {
             "workflowId": r["workflow_id"],
@@ -235,9 +233,9 @@ class Fleet:
     async def register(self) -> None:
         """Record this executor (live from now); a reused id of a live process is logged."""
         dialect = self.dialect
-        async with self.store.engine.begin() as conn:
+        async with self.store.writing():
             before = await fleet_tables.live_identity(
-                conn, dialect, self.me, self.settings.adopt_after_seconds
+                dialect, self.me, self.settings.adopt_after_seconds
             )
             if before is not None and before != (os.getpid(), socket.gethostname()):
                 # A restart with a stable id within the liveness window, or two processes
@@ -249,7 +247,7 @@ class Fleet:
                     previousHost=before[1],
                 )
             await fleet_tables.upsert_executor(
-                conn, dialect, self.me, self.version, socket.gethostname(), os.getpid()
+                dialect, self.me, self.version, socket.gethostname(), os.getpid()
             )
         log_event("fleet.joined", executorId=self.me, applicationVersion=self.version)
 
@@ -291,8 +289,8 @@ class Fleet:
     async def stop(self) -> None:
         """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
         await self.pause()
-        async with self.store.engine.begin() as conn:
-            await fleet_tables.mark_stopped(conn, self.dialect, self.me)
+        async with self.store.writing():
+            await fleet_tables.mark_stopped(self.dialect, self.me)
 
     async def _loop(self) -> None:
         period = self.settings.heartbeat_seconds
@@ -313,16 +311,16 @@ class Fleet:
 
     async def heartbeat(self) -> None:
         """Record that this process is alive (and notice if it was given up for dead)."""
-        async with self.store.engine.begin() as conn:
-            found, adopted_by = await fleet_tables.beat(conn, self.dialect, self.me)
+        async with self.store.writing():
+            found, adopted_by = await fleet_tables.beat(self.dialect, self.me)
         if not found:
             await self.register()
         elif adopted_by is not None:
             # We were silent for longer than adopt_after_seconds and another process adopted
             # our turns: its runs own them now (DBOS fences our stale executions).
             log_event("fleet.executor_reclaimed", executorId=self.me, adoptedBy=adopted_by)
-            async with self.store.engine.begin() as conn:
-                await fleet_tables.clear_adoption(conn, self.me)
+            async with self.store.writing():
+                await fleet_tables.clear_adoption(self.me)
 
     # -- sweeping -----------------------------------------------------------------------------
 
@@ -332,9 +330,9 @@ class Fleet:
         async with self._lock:
             dialect = self.dialect
             after = self.settings.adopt_after_seconds
-            async with self.store.engine.connect() as conn:
-                groups = await dbos_tables.pending_groups(conn, dialect, self.schema, _TURNS)
-                self._live = live = await fleet_tables.live_executors(conn, dialect, after)
+            async with self.store.reading():
+                groups = await dbos_tables.pending_groups(dialect, self.schema, _TURNS)
+                self._live = live = await fleet_tables.live_executors(dialect, after)
             live_versions = set(live.values()) | {self.version}
             taken: list[str] = []
             stranded: dict[str, int] = {}
@@ -358,9 +356,8 @@ class Fleet:
         DBOS; ``[]`` when another process won the claim (or it is not dead)."""
         from dbos import DBOS
 
-        async with self.store.engine.begin() as conn:
+        async with self.store.writing():
             won = await fleet_tables.claim(
-                conn,
                 self.dialect,
                 executor_id,
                 self.version,
@@ -371,9 +368,9 @@ class Fleet:
             return []
         handles = await asyncio.to_thread(DBOS._recover_pending_workflows, [executor_id])
         ids = [h.get_workflow_id() for h in handles]
-        async with self.store.engine.begin() as conn:
+        async with self.store.writing():
             await fleet_tables.record(
-                conn, ids, "adopted", executor_id, self.version, self.me, self.version
+                ids, "adopted", executor_id, self.version, self.me, self.version
             )
         if ids:
             log_event(
@@ -414,8 +411,8 @@ class Fleet:
     async def _executors_of(self, workflow_ids: list[str]) -> set[str]:
         if not workflow_ids:
             return set()
-        async with self.store.engine.connect() as conn:
-            return await dbos_tables.executors_of(conn, self.dialect, self.schema, workflow_ids)
+        async with self.store.reading():
+            return await dbos_tables.executors_of(self.dialect, self.schema, workflow_ids)
 
     def _report_stranded(self, stranded: dict[str, int]) -> None:
         for version, count in stranded.items():
@@ -443,8 +440,8 @@ class Fleet:
         """
         dialect = self.dialect
         # Reads only, in autocommit mode: a cross-process submit waits on this before it answers.
-        async with fleet_tables.reading(self.store) as conn:
-            row = await dbos_tables.session_turn(conn, dialect, self.schema, session_id)
+        async with self.store.reading():
+            row = await dbos_tables.session_turn(dialect, self.schema, session_id)
             if row is None or row[1] not in ("PENDING", "ENQUEUED"):
                 return True  # no turn, or it has ended: nothing is promised
             workflow_id, status, executor_id, version = row
@@ -453,9 +450,7 @@ class Fleet:
             live = self._live
             if executor_id not in live:
                 # Not live when the last sweep looked: ask again before acting on it.
-                live = await fleet_tables.live_executors(
-                    conn, dialect, self.settings.adopt_after_seconds
-                )
+                live = await fleet_tables.live_executors(dialect, self.settings.adopt_after_seconds)
         if version == self.version:
             if status == "PENDING" and executor_id not in live:
                 await self.adopt(executor_id)

@@ -1,18 +1,17 @@
-"""The store's connection and the errors of its statements, for the layers above it.
+"""The errors of the store's statements, for the layers above it.
 
-The runtime joins a store transaction by the connection a store method hands it and catches
-a conflict (a duplicate id) by its error class; the command line tells a connection failure
-from a failed statement. These are SQLAlchemy's own classes, named here so that only the
-store imports SQLAlchemy (``tests/test_layering.py``).
+The runtime catches a conflict (a duplicate id) by its error class; the command line tells a
+connection failure from a failed statement. These are SQLAlchemy's own classes, named here so
+that only the store imports SQLAlchemy (``tests/test_layering.py``). No layer above the store
+holds a connection: a store call joins the unit of work bound to the task
+(``SessionStore.transact``).
 """
 
 from __future__ import annotations
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 __all__ = [
-    "AsyncConnection",
     "DBAPIError",
     "IntegrityError",
     "OperationalError",

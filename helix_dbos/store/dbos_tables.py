@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .engine import joined
 from .store import SessionStore
 
 __all__ = [
@@ -34,11 +34,12 @@ def workflow_table(dialect: str, schema: str = "dbos") -> str:
 
 
 async def pending_groups(
-    conn: AsyncConnection, dialect: str, schema: str, workflows: tuple[str, str]
+    dialect: str, schema: str, workflows: tuple[str, str]
 ) -> list[tuple[str, str, int]]:
     """``(executor_id, application_version, count)`` of PENDING workflows named ``workflows``
     (the turn's and the continuation's), and of ENQUEUED ones: a recovery cut short by its
     process's exit leaves them enqueued for their version."""
+    conn = joined()
     rows = await conn.execute(
         sa.text(
             f"SELECT executor_id, application_version, COUNT(*) FROM "
@@ -56,14 +57,13 @@ async def pending_groups_if_any(
 ) -> list[tuple[str, str, int]]:
     """``pending_groups``, or none when DBOS has not created its tables here yet."""
     try:
-        async with store.engine.connect() as conn:
-            return await pending_groups(conn, store.dialect, "dbos", workflows)
+        async with store.reading():
+            return await pending_groups(store.dialect, "dbos", workflows)
     except sa.exc.DBAPIError:
         return []
 
 
 async def relabel(
-    conn: AsyncConnection,
     dialect: str,
     schema: str,
     executor_id: str,
@@ -76,6 +76,7 @@ async def relabel(
     One UPDATE: rows another transaction relabelled first no longer match, so each workflow
     moves once.
     """
+    conn = joined()
     rows = await conn.execute(
         sa.text(
             f"UPDATE {workflow_table(dialect, schema)} SET application_version = :to "
@@ -87,10 +88,9 @@ async def relabel(
     return [r[0] for r in rows]
 
 
-async def executors_of(
-    conn: AsyncConnection, dialect: str, schema: str, workflow_ids: list[str]
-) -> set[str]:
+async def executors_of(dialect: str, schema: str, workflow_ids: list[str]) -> set[str]:
     """The executors that own these workflows."""
+    conn = joined()
     rows = await conn.execute(
         sa.text(
             f"SELECT DISTINCT executor_id FROM {workflow_table(dialect, schema)}"
@@ -101,12 +101,11 @@ async def executors_of(
     return {r[0] for r in rows}
 
 
-async def session_turn(
-    conn: AsyncConnection, dialect: str, schema: str, session_id: str
-) -> tuple[Any, ...] | None:
+async def session_turn(dialect: str, schema: str, session_id: str) -> tuple[Any, ...] | None:
     """The workflow the session's row names: ``(workflow_id, status, executor_id,
     application_version)`` as DBOS records them, or ``None`` (no such session, or no such
     workflow)."""
+    conn = joined()
     row = (
         await conn.execute(
             sa.text(

@@ -138,6 +138,17 @@ class StoreEngine:
                 unbind(token)
 
     @asynccontextmanager
+    async def writing(self) -> AsyncIterator[None]:
+        """One transaction bound to the task for the block, committed when it ends (rolled
+        back if it raises); not retried."""
+        async with self.begin() as conn:
+            token = bind(conn)
+            try:
+                yield
+            finally:
+                unbind(token)
+
+    @asynccontextmanager
     async def transaction(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:
         """Join ``conn``'s transaction (or the bound one), or open (and commit) a new one."""
         conn = conn if conn is not None else _bound.get()

@@ -2,24 +2,22 @@
 
 An executor is live while its row is not stopped and its heartbeat is younger than the
 adoption window. Times come from the database's clock on Postgres (one clock for the whole
-fleet) and from this machine's on SQLite (one machine). Every function joins the caller's
-connection: the fleet decides what goes in one transaction (a claim and the relabel it
-allows commit together).
+fleet) and from this machine's on SQLite (one machine). Every function joins the block bound
+to the task (``SessionStore.reading`` or ``SessionStore.writing``): the fleet decides what
+goes in one transaction (a claim and the relabel it allows commit together).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .engine import joined
 from .schema import adoptions, executors
-from .store import SessionStore
 
 __all__ = [
     "adoptions_of",
@@ -31,7 +29,6 @@ __all__ = [
     "live_executors",
     "live_identity",
     "mark_stopped",
-    "reading",
     "record",
     "upsert_executor",
 ]
@@ -62,16 +59,9 @@ def _live(dialect: str, adopt_after: float) -> Any:
     )
 
 
-@asynccontextmanager
-async def reading(store: SessionStore) -> AsyncIterator[AsyncConnection]:
-    """A connection for reads only, in autocommit mode: no BEGIN/ROLLBACK round trips."""
-    async with store.engine.connect() as conn:
-        await conn.execution_options(isolation_level="AUTOCOMMIT")
-        yield conn
-
-
-async def live_executors(conn: AsyncConnection, dialect: str, adopt_after: float) -> dict[str, str]:
+async def live_executors(dialect: str, adopt_after: float) -> dict[str, str]:
     """The live executors: ``{executor_id: application_version}``."""
+    conn = joined()
     rows = await conn.execute(
         sa.select(executors.c.executor_id, executors.c.application_version).where(
             _live(dialect, adopt_after)
@@ -80,15 +70,17 @@ async def live_executors(conn: AsyncConnection, dialect: str, adopt_after: float
     return {r[0]: r[1] for r in rows}
 
 
-async def executor_rows(conn: AsyncConnection) -> list[dict[str, Any]]:
+async def executor_rows() -> list[dict[str, Any]]:
     """Every row of ``__agents_executors``, by column name."""
+    conn = joined()
     return [dict(r) for r in (await conn.execute(sa.select(executors))).mappings().all()]
 
 
 async def live_identity(
-    conn: AsyncConnection, dialect: str, executor_id: str, adopt_after: float
+    dialect: str, executor_id: str, adopt_after: float
 ) -> tuple[int | None, str | None] | None:
     """``(pid, hostname)`` of ``executor_id``'s row if it is live, else ``None``."""
+    conn = joined()
     row = (
         await conn.execute(
             sa.select(executors.c.pid, executors.c.hostname).where(
@@ -100,7 +92,6 @@ async def live_identity(
 
 
 async def upsert_executor(
-    conn: AsyncConnection,
     dialect: str,
     executor_id: str,
     version: str,
@@ -109,6 +100,7 @@ async def upsert_executor(
 ) -> None:
     """Record ``executor_id`` as live from now: started, heartbeating, neither stopped nor
     adopted (a reused id's row is reset)."""
+    conn = joined()
     values = {
         "application_version": version,
         "hostname": hostname,
@@ -126,8 +118,9 @@ async def upsert_executor(
     )
 
 
-async def mark_stopped(conn: AsyncConnection, dialect: str, executor_id: str) -> None:
+async def mark_stopped(dialect: str, executor_id: str) -> None:
     """Mark the executor stopped: its parked turns are adoptable now."""
+    conn = joined()
     await conn.execute(
         executors.update()
         .where(executors.c.executor_id == executor_id)
@@ -135,8 +128,9 @@ async def mark_stopped(conn: AsyncConnection, dialect: str, executor_id: str) ->
     )
 
 
-async def beat(conn: AsyncConnection, dialect: str, executor_id: str) -> tuple[bool, str | None]:
+async def beat(dialect: str, executor_id: str) -> tuple[bool, str | None]:
     """A heartbeat on the executor's row: ``(whether the row exists, who adopted it)``."""
+    conn = joined()
     row = (
         await conn.execute(
             executors.update()
@@ -148,8 +142,9 @@ async def beat(conn: AsyncConnection, dialect: str, executor_id: str) -> tuple[b
     return (False, None) if row is None else (True, row[0])
 
 
-async def clear_adoption(conn: AsyncConnection, executor_id: str) -> None:
+async def clear_adoption(executor_id: str) -> None:
     """The executor's row is its own again: no adopter."""
+    conn = joined()
     await conn.execute(
         executors.update()
         .where(executors.c.executor_id == executor_id)
@@ -158,7 +153,6 @@ async def clear_adoption(conn: AsyncConnection, executor_id: str) -> None:
 
 
 async def claim(
-    conn: AsyncConnection,
     dialect: str,
     executor_id: str,
     version: str,
@@ -170,6 +164,7 @@ async def claim(
     An executor with PENDING turns but no row (a release before the fleet existed) gets a
     stopped row first. A claim by an adopter that itself died can be taken over.
     """
+    conn = joined()
     await conn.execute(
         _insert(dialect)
         .values(
@@ -202,9 +197,10 @@ async def claim(
     return won.first() is not None
 
 
-async def hand_over(conn: AsyncConnection, executor_id: str, to_version: str) -> None:
+async def hand_over(executor_id: str, to_version: str) -> None:
     """The dead executor's row speaks for its relabelled turns: of ``to_version``, and free
     for any live process of it to adopt."""
+    conn = joined()
     await conn.execute(
         executors.update()
         .where(executors.c.executor_id == executor_id)
@@ -213,7 +209,6 @@ async def hand_over(conn: AsyncConnection, executor_id: str, to_version: str) ->
 
 
 async def record(
-    conn: AsyncConnection,
     workflow_ids: Iterable[str],
     kind: str,
     from_executor: str,
@@ -223,6 +218,7 @@ async def record(
 ) -> None:
     """One ``__agents_adoptions`` row per workflow taken over (``kind``: ``adopted`` or
     ``forwarded``)."""
+    conn = joined()
     at = datetime.now(UTC)
     rows = [
         {
@@ -240,8 +236,9 @@ async def record(
         await conn.execute(adoptions.insert(), rows)
 
 
-async def adoptions_of(conn: AsyncConnection, workflow_ids: list[str]) -> list[dict[str, Any]]:
+async def adoptions_of(workflow_ids: list[str]) -> list[dict[str, Any]]:
     """The ``__agents_adoptions`` rows of these workflows, oldest first, by column name."""
+    conn = joined()
     query = (
         sa.select(adoptions)
         .where(adoptions.c.workflow_id.in_(workflow_ids))

@@ -122,9 +122,16 @@ class SessionStore:
     pointing = staticmethod(checkpoints.pointing)
 
     def reading(self) -> AbstractAsyncContextManager[None]:
-        """Within this block, reads of the store's history functions (``history.py``) join
-        the unit of work bound to the task, or share one connection of their own."""
+        """Within this block, the reads of the store's own functions (``history.py``,
+        ``fleet_tables.py``, ``dbos_tables.py``) join the unit of work bound to the task, or
+        share one autocommit connection of their own."""
         return self._db.reading()
+
+    def writing(self) -> AbstractAsyncContextManager[None]:
+        """One transaction bound to the task for the block (the fleet's tables,
+        ``fleet_tables.py``): committed when it ends, NOT retried (its caller's next pass
+        tries again); use ``transact`` for anything that must survive a lost race or a fault."""
+        return self._db.writing()
 
     @staticmethod
     def bound() -> AsyncConnection | None:

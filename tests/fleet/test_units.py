@@ -45,14 +45,14 @@ async def test_racing_claims_have_one_winner(pg_url: str) -> None:
             await Fleet(HelixSettings(database_url=pg_url, executor_id=f"s{i}"), store).register()
 
         async def claim(me: str) -> bool:
-            async with store.engine.begin() as conn:
-                return await fleet_tables.claim(conn, "postgresql", "dead", "v1", me, 15.0)
+            async with store.writing():
+                return await fleet_tables.claim("postgresql", "dead", "v1", me, 15.0)
 
         wins = await asyncio.gather(*(claim(f"s{i}") for i in range(8)))
         assert sum(wins) == 1
-        async with store.engine.begin() as conn:
+        async with store.writing():
             # s3 is live
-            assert not await fleet_tables.claim(conn, "postgresql", "s3", "v1", "s4", 15.0)
+            assert not await fleet_tables.claim("postgresql", "s3", "v1", "s4", 15.0)
         found = {e.executor_id: e for e in await list_executors(store, 15.0, include_gone=True)}
         assert found["dead"].state == "adopted"
         assert found["dead"].adopted_by == f"s{wins.index(True)}"
@@ -68,8 +68,8 @@ async def test_a_stopped_executor_is_adoptable_at_once(pg_url: str) -> None:
         gone = Fleet(HelixSettings(database_url=pg_url, executor_id="gone"), store)
         await gone.register()
         await gone.stop()
-        async with store.engine.begin() as conn:
-            assert await fleet_tables.claim(conn, "postgresql", "gone", "v1", "me", 15.0)
+        async with store.writing():
+            assert await fleet_tables.claim("postgresql", "gone", "v1", "me", 15.0)
     finally:
         await store.close()
 
