@@ -8,7 +8,7 @@ cancelled workflow's own steps can no longer run).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ..core.events import event
 from ..core.session import PendingCall, SessionState, batch_of, stop_pending, unanswered
@@ -226,13 +226,25 @@ async def wake_stopped(
 ) -> None:
     """Send the stop message on one call's topic (idempotent per run and call)."""
     if workflow_id:
-        await send_to_turn(
-            ctx,
-            workflow_id,
-            {"kind": "stop"},
-            names.tool_result_topic(tool_call_id),
-            names.control_idempotency_key(run_id, tool_call_id, "stop"),
-        )
+        await _control(ctx, workflow_id, run_id, tool_call_id, "stop")
+
+
+async def _control(
+    ctx: RuntimeContext,
+    workflow_id: str,
+    run_id: str,
+    tool_call_id: str,
+    kind: Literal["stop", "abandon"],
+) -> None:
+    """Send the control message ``kind`` (``stop``, ``abandon``) on one call's topic,
+    idempotent per run, call and kind."""
+    await send_to_turn(
+        ctx,
+        workflow_id,
+        {"kind": kind},
+        names.tool_result_topic(tool_call_id),
+        names.control_idempotency_key(run_id, tool_call_id, kind),
+    )
 
 
 async def stash_entry(ctx: RuntimeContext, root: SessionState, message: str, abandon: bool) -> str:
@@ -329,10 +341,4 @@ async def _continue_abandoned(
     if not workflow_id:
         return
     for tcid in to_wake:
-        await send_to_turn(
-            ctx,
-            workflow_id,
-            {"kind": "abandon"},
-            names.tool_result_topic(tcid),
-            names.control_idempotency_key(run_id, tcid, "abandon"),
-        )
+        await _control(ctx, workflow_id, run_id, tcid, "abandon")

@@ -9,8 +9,8 @@ write in a transaction of its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar, Token
 
 import sqlalchemy as sa
@@ -49,6 +49,16 @@ def bind(conn: AsyncConnection) -> Token[AsyncConnection | None]:
 def unbind(token: Token[AsyncConnection | None]) -> None:
     """End what ``bind`` began."""
     _bound.reset(token)
+
+
+@contextmanager
+def _bound_to(conn: AsyncConnection) -> Iterator[None]:
+    """``conn`` bound to the task for the block."""
+    token = bind(conn)
+    try:
+        yield
+    finally:
+        unbind(token)
 
 
 def open_engine(database_url: str, pool_size: int) -> AsyncEngine:
@@ -131,22 +141,16 @@ class StoreEngine:
             return
         async with self.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
-            token = bind(conn)
-            try:
+            with _bound_to(conn):
                 yield
-            finally:
-                unbind(token)
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[None]:
         """One transaction bound to the task for the block, committed when it ends (rolled
         back if it raises); not retried."""
         async with self.begin() as conn:
-            token = bind(conn)
-            try:
+            with _bound_to(conn):
                 yield
-            finally:
-                unbind(token)
 
     @asynccontextmanager
     async def transaction(self, conn: AsyncConnection | None) -> AsyncIterator[AsyncConnection]:

@@ -14,6 +14,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -107,3 +108,17 @@ async def pg_store(migrated_pg_url: str) -> AsyncIterator[SessionStore]:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement psycopg's async cursors send while the test runs, as one-line text."""
+    seen: list[str] = []
+    original = psycopg.AsyncCursor.execute
+
+    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(" ".join(str(query).split()))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+    yield seen

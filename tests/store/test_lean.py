@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,20 +15,6 @@ from helix_dbos.core.session import SessionState
 from helix_dbos.store import pg
 from helix_dbos.store.store import SessionStore
 from tests.store.store_builders import session
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement psycopg's async cursors send, as text."""
-    seen: list[str] = []
-    original = psycopg.AsyncCursor.execute
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(" ".join(str(query).split()))
-        return await original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
-    yield seen
 
 
 def _touch(states: dict[str, SessionState]) -> None:

@@ -11,10 +11,6 @@ the store decides how (``store/unit.py``, ``pg_paths.PostgresPaths.attempt``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -22,20 +18,6 @@ from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.store.store import SessionStore
 from tests.store.store_builders import session
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement psycopg's async cursors send, as text."""
-    seen: list[str] = []
-    original = psycopg.AsyncCursor.execute
-
-    async def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(" ".join(str(query).split()))
-        return await original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
-    yield seen
 
 
 def _bump(states: dict[str, SessionState]) -> int:
