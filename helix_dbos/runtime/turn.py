@@ -270,10 +270,10 @@ class _Turn:
         if suspending:
             self.summary["clientCalls"] += len(suspending)
             # A batch of client calls alone can be continued by the submit that completes it
-            # (``batch_job``); an approved call's tool runs here, as a DBOS step. Not on
-            # SQLite: it takes one writer at a time, so the early commit would only contend
+            # (``batch_job``); an approved call's tool runs here, as a DBOS step. Not on a
+            # database of one writer at a time (SQLite): the early commit would only contend
             # with DBOS's consume of the wake-up (and a read that then writes fails at once).
-            early = current().store.dialect == "postgresql" and all(
+            early = current().store.many_writers and all(
                 i["kind"] != "approval" for i in suspending
             )
             batch = self._batch(step, plan, results) if early else None

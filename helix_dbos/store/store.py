@@ -83,6 +83,12 @@ class SessionStore:
         """Called with the sessions whose events a ``transact`` wrote, once it committed
         (Postgres): the runtime wakes its own streams of them at once (``EventSignals``)."""
 
+    @property
+    def many_writers(self) -> bool:
+        """Whether the database takes several writers at once (Postgres: row locks), so that
+        work may commit beside a turn's own commits; SQLite takes one writer at a time."""
+        return self._db.lean is not None
+
     @classmethod
     def from_url(
         cls, database_url: str, *, max_state_bytes: int | None = None, pool_size: int = 10
