@@ -89,7 +89,12 @@ async def runtime(pg_url: str) -> AsyncIterator[AgentRuntime]:
             handler.setStream(sys.stderr)
     rt = AgentRuntime(
         _agents(),
-        HelixSettings(database_url=pg_url, executor_id="cli-test", application_version="cli-test"),
+        HelixSettings(
+            database_url=pg_url,
+            executor_id="cli-test",
+            application_version="cli-test",
+            heal_interval_seconds=0,  # the commands under test repair; the runtime does not
+        ),
     )
     await rt.launch()
     yield rt

@@ -159,11 +159,14 @@ class Twice:
 def _one_instant() -> Iterator[None]:
     """Within this block, the framework's clock (``now_ms``, wherever it was imported) stands
     still. Mutations are synchronous: nothing else of the runtime runs meanwhile."""
-    at = clock.now_ms()
+    original = clock.now_ms
+    at = original()
+    # ``clock`` itself is among the modules patched: restore from the function kept here,
+    # never from ``clock.now_ms`` (the stopped clock by then, which would stay for good).
     patched = [
         m
         for name, m in list(sys.modules.items())
-        if name.startswith("helix_dbos") and getattr(m, "now_ms", None) is clock.now_ms
+        if name.startswith("helix_dbos") and getattr(m, "now_ms", None) is original
     ]
     for module in patched:
         module.now_ms = lambda: at  # type: ignore[attr-defined]
@@ -171,7 +174,23 @@ def _one_instant() -> Iterator[None]:
         yield
     finally:
         for module in patched:
-            module.now_ms = clock.now_ms  # type: ignore[attr-defined]
+            module.now_ms = original  # type: ignore[attr-defined]
+
+
+def test_the_clock_runs_again_after_an_instant() -> None:
+    """``_one_instant`` stops the framework's clock for a mutation and restores it after, in
+    every module, ``clock`` itself included (a clock left stopped made a later test in the
+    same process read every deadline as not yet due)."""
+    original = clock.now_ms
+    with _one_instant():
+        assert clock.now_ms is not original
+    assert clock.now_ms is original
+    stopped = [
+        name
+        for name, m in list(sys.modules.items())
+        if name.startswith("helix_dbos") and getattr(m, "now_ms", original) is not original
+    ]
+    assert stopped == []
 
 
 def _raised(exc: Exception) -> tuple[str, str]:
