@@ -359,7 +359,7 @@ async def parent(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 print(json.dumps(report["submit_to_frame"]), file=sys.stderr, flush=True)
             if args.deadlines > 0:
-                report["deadline_keeper"] = await deadline_phase(url, args)
+                report["deadline_keeper"] = await deadline_phase(url, args, [p.pid for p in procs])
             report["servers_rss_mib_at_end"] = [rss_bytes(p.pid) / 2**20 for p in procs]
             for proc in procs:
                 stop(proc)
