@@ -36,6 +36,7 @@ from ..store.store import patience
 from . import names
 from .companion_wake import after_turn
 from .context import RuntimeContext, current, workflow_task
+from .handover import ResumeRead
 from .hibernation import child_ended, continuation_id, mark_of, waits_on_child
 from .once import recorded
 from .outcomes import stopped_outcome
@@ -108,18 +109,35 @@ async def _report_end(session_id: str, outcome: TurnOutcome) -> None:
 class _ContinuedTurn(_Turn):
     """A turn taken up from its hibernation record instead of from its entry."""
 
-    __slots__ = ()
+    __slots__ = ("_taken_read",)
 
     async def take_up(self, step: int, child: str | None = None) -> bool:
         """Set the turn to settle the batch of ``step`` first (or to take the end of the
         sub-agent of ``child`` and run the rest of the step), from its hibernation record;
-        ``False`` if no such hibernation was recorded."""
-        record = await _record(names.hibernate_slot(self.workflow_id, self.run_id, step, child))
+        ``False`` if no such hibernation was recorded.
+
+        A batch of calls is settled first: its record is read with the session's rows and
+        conversation, which the batch's results commit swaps from (one read, not two)."""
+        slot = names.hibernate_slot(self.workflow_id, self.run_id, step, child)
+        self._taken_read: ResumeRead | None = None
+        if child is None:
+            done, self._taken_read = await current().store.resume_recorded(
+                self.session_id, [self.root_session_id], slot
+            )
+            record: HibernationRecord | None = None if done is None else done["result"]
+        else:
+            record = await _record(slot)
         if record is None or not record.get("hibernated"):
+            self._taken_read = None
             return False
         self.summary = record["summary"]
         self.resume = (step, record["plan"], record["results"], child)
         return True
+
+    def _prior_read(self) -> ResumeRead | None:
+        """The rows and conversation read with the record, for the first batch only."""
+        read, self._taken_read = getattr(self, "_taken_read", None), None
+        return read
 
 
 async def _record(slot: str) -> HibernationRecord | None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
+from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
 from helix_dbos.store.hibernated import (
@@ -196,5 +197,29 @@ async def test_the_reconcilers_page_of_active_sessions_skips_hibernated_ones(db_
         assert [s.session_id for s in page] == ["stuck"]
         touched = await touched_hibernated(store, later - timedelta(minutes=10), later)
         assert sorted(s.session_id for s in touched) == ["cold-0", "cold-1", "cold-2"]
+    finally:
+        await store.close()
+
+
+async def test_a_take_up_reads_the_record_with_the_rows_and_conversation(db_url: str) -> None:
+    """``resume_recorded``: the hibernate commit's recorded state with the owner's and the
+    root's rows and the owner's conversation; ``None`` for a slot that did not commit; the
+    record alone (no rows) when the owner's row is missing."""
+    store = await _store(db_url)
+    try:
+        await _hibernated(store, "root", 1_000)
+        child = SessionState(session_id="kid", agent_type="a", root_session_id="root")
+        await store.create_session(child)
+        await store.append_messages("kid", "run_1", [Message(role="user", content="hi")])
+        record = {"result": {"hibernated": True, "plan": []}}
+        await store.write_checkpoint("kid", "run_1", step_count=0, state=record, checkpoint_id="s")
+        done, read = await store.resume_recorded("kid", ["root"], "s")
+        assert done == record and read is not None
+        states, history = read
+        assert sorted(states) == ["kid", "root"] and [m.content for m in history] == ["hi"]
+        done, read = await store.resume_recorded("kid", ["root"], "no-such-slot")
+        assert done is None and read is not None and sorted(read[0]) == ["kid", "root"]
+        await store.write_checkpoint("root", "run_1", step_count=0, state=record, checkpoint_id="o")
+        assert await store.resume_recorded("gone", ["root"], "o") == (record, None)
     finally:
         await store.close()
