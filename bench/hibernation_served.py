@@ -309,12 +309,12 @@ def postmaster_of(url: str) -> int | None:
     this machine; ``None`` when its processes are not readable here."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    try:
-        with open(f"/proc/{int(row[0])}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
-    except (OSError, StopIteration):
-        return None
+        assert row is not None
+        try:  # while the backend lives
+            with open(f"/proc/{int(row[0])}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration):
+            return None
 
 
 def cluster_cpu_seconds(postmaster: int) -> float:
@@ -374,7 +374,7 @@ async def deadline_phase(
     cpu_before, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter()
     # A light count while they fire (the full read joins DBOS's table: once, at the end).
     while time.time() * 1000 < last + args.grace * 1000:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)
         if timeouts_so_far(url) >= len(deadlines):
             break
     cpu_after, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter() - clock
