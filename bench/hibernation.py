@@ -25,7 +25,11 @@
    executor ids, each running the deadline keeper) serve the database. Reported: how many
    fired (``client_tool_timeout`` usage rows and ``tool_end`` events), whether any call got two
    tool results, which process fired them, and the lateness (ms) of the results commit (the
-   usage row's timestamp) and of the ``tool_end`` event's commit after each deadline.
+   usage row's timestamp) and of the ``tool_end`` event's commit after each deadline; and the
+   CPU time of the two servers and of the database server (its postmaster and backends, when
+   it runs on this machine) from the first deadline until every call fired, per fired call.
+   For this phase mostly: ``--sessions 1000 --samples 0 --restarts 0`` (phase 1 parks few,
+   phases 2 and 3 do not run).
 
     .venv/bin/python bench/hibernation.py [--sessions 100000] [--deadlines 10000]
         [--samples 200] [--processes 2] [--concurrency 64] [--restarts 3]
@@ -359,7 +363,7 @@ async def parent(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 print(json.dumps(report["submit_to_frame"]), file=sys.stderr, flush=True)
             if args.deadlines > 0:
-                report["deadline_keeper"] = await deadline_phase(url, args)
+                report["deadline_keeper"] = await deadline_phase(url, args, [p.pid for p in procs])
             report["servers_rss_mib_at_end"] = [rss_bytes(p.pid) / 2**20 for p in procs]
             for proc in procs:
                 stop(proc)

@@ -287,19 +287,97 @@ def timeouts_so_far(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """A process's CPU seconds (user + system, all its threads); with ``children``, also
+    those of its children it has waited for (``cutime``, ``cstime``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICK
+
+
+def postmaster_of(url: str) -> int | None:
+    """The pid of the server's postmaster (the parent of a backend), when the server runs on
+    this machine; ``None`` when its processes are not readable here."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        try:  # while the backend lives
+            with open(f"/proc/{int(row[0])}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration):
+            return None
+
+
+def cluster_cpu_seconds(postmaster: int) -> float:
+    """The database server's CPU seconds: the postmaster with the backends it has reaped,
+    and its live children."""
+    total = cpu_seconds(postmaster, children=True)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+            if ppid == postmaster:
+                total += cpu_seconds(int(entry))
+    return total
+
+
+def cpu_snapshot(pids: list[int], postmaster: int | None) -> dict[str, float]:
+    snap = {f"serve_{i}": cpu_seconds(pid) for i, pid in enumerate(pids)}
+    if postmaster is not None:
+        snap["postgres"] = cluster_cpu_seconds(postmaster)
+    return snap
+
+
+def cpu_report(
+    before: dict[str, float], after: dict[str, float], fired: int, seconds: float
+) -> dict[str, Any]:
+    """CPU seconds spent from the first deadline to the end of the phase, and per fired call
+    (ms)."""
+    used = {k: after[k] - before[k] for k in before}
+    total = sum(used.values())
+    return {
+        "seconds": round(seconds, 1),
+        "cpu_s": {k: round(v, 2) for k, v in used.items()},
+        "cpu_ms_per_fired": {k: round(1000 * v / max(fired, 1), 2) for k, v in used.items()},
+        "cpu_ms_per_fired_total": round(1000 * total / max(fired, 1), 2),
+        "fired_per_s": round(fired / max(seconds, 1e-9), 1),
+    }
+
+
 def lateness(rows: list[Any], deadlines: dict[str, int]) -> list[float]:
     return [float(at - deadlines[sid]) for sid, at in rows if sid in deadlines]
 
 
-async def deadline_phase(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Phase 4, with the two served processes running their keepers."""
+async def deadline_phase(
+    url: str, args: argparse.Namespace, servers: list[int] | None = None
+) -> dict[str, Any]:
+    """Phase 4, with the two served processes (pids ``servers``) running their keepers.
+
+    The CPU time of the servers and of the database server (when it runs on this machine) is
+    read at the first deadline and once every call fired (or the grace ran out)."""
+    postmaster = postmaster_of(url)
     start, deadlines = spread_deadlines(url, args.lead, 60.0)
     last = start + 60_000
+    await asyncio.sleep(max(0.0, start / 1000 - time.time()))
+    cpu_before, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter()
     # A light count while they fire (the full read joins DBOS's table: once, at the end).
     while time.time() * 1000 < last + args.grace * 1000:
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(1.0)
         if timeouts_so_far(url) >= len(deadlines):
             break
+    cpu_after, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter() - clock
     seen = fired(url)
     counts: dict[str, int] = {}
     for sid, _ in seen["ends"]:
@@ -326,4 +404,5 @@ async def deadline_phase(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "lateness_ms_tool_end_event": spread(end_late) if end_late else None,
         "lateness_ms_by_deadline_window": buckets,
         "within_5s": sum(1 for x in usage_late if x <= 5000),
+        "cpu_from_first_deadline": cpu_report(cpu_before, cpu_after, len(seen["usage"]), clock),
     }

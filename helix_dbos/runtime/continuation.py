@@ -36,10 +36,11 @@ from ..store.store import patience
 from . import names
 from .companion_wake import after_turn
 from .context import RuntimeContext, current, workflow_task
-from .hibernation import child_ended, continuation_id, mark_of, waits_on_child
+from .handover import ResumeRead
+from .hibernation import child_ended, mark_of, waits_on_child
 from .once import recorded
 from .outcomes import stopped_outcome
-from .records import HibernationRecord, TurnOutcome
+from .records import HibernationMark, HibernationRecord, TurnOutcome
 from .turn import _Turn
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "follow",
     "run_continuation",
     "start_continuation",
+    "start_marked",
 ]
 
 
@@ -108,24 +110,43 @@ async def _report_end(session_id: str, outcome: TurnOutcome) -> None:
 class _ContinuedTurn(_Turn):
     """A turn taken up from its hibernation record instead of from its entry."""
 
-    __slots__ = ()
+    __slots__ = ("_taken_read",)
 
     async def take_up(self, step: int, child: str | None = None) -> bool:
         """Set the turn to settle the batch of ``step`` first (or to take the end of the
         sub-agent of ``child`` and run the rest of the step), from its hibernation record;
-        ``False`` if no such hibernation was recorded."""
-        record = await _record(names.hibernate_slot(self.workflow_id, self.run_id, step, child))
+        ``False`` if no such hibernation was recorded.
+
+        A batch of calls is settled first: its record is read with the session's rows and
+        conversation, which the batch's results commit swaps from (one read, not two)."""
+        slot = names.hibernate_slot(self.workflow_id, self.run_id, step, child)
+        with_rows = (self.session_id, self.root_session_id) if child is None else None
+        record, self._taken_read = await _record(slot, with_rows)
         if record is None or not record.get("hibernated"):
+            self._taken_read = None
             return False
         self.summary = record["summary"]
         self.resume = (step, record["plan"], record["results"], child)
         return True
 
+    def _prior_read(self) -> ResumeRead | None:
+        """The rows and conversation read with the record, for the first batch only."""
+        read, self._taken_read = getattr(self, "_taken_read", None), None
+        return read
 
-async def _record(slot: str) -> HibernationRecord | None:
-    """The hibernate commit's record under ``slot``, if it committed."""
-    done = await recorded(slot)
-    return None if done is None else done["state"]["result"]
+
+async def _record(
+    slot: str, with_rows: tuple[str, str] | None = None
+) -> tuple[HibernationRecord | None, ResumeRead | None]:
+    """The hibernate commit's record under ``slot``, if it committed; ``with_rows`` (the
+    session and its root): read with their rows and the session's conversation, in one read
+    (``None`` for those when the session's row is missing)."""
+    if with_rows is None:
+        done = await recorded(slot)
+        return (None if done is None else done["state"]["result"]), None
+    session_id, root_session_id = with_rows
+    state, read = await current().store.resume_recorded(session_id, [root_session_id], slot)
+    return (None if state is None else state["result"]), read
 
 
 async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | None:
@@ -133,20 +154,36 @@ async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | 
     from the row); the workflow id, or ``None`` if the session is not hibernated or its agent
     is not registered here (another process, which has it, starts it)."""
     mark = mark_of(state)
-    if mark is None or state.run_id is None or state.agent_type not in ctx.registry:
+    if mark is None or state.run_id is None:
+        return None
+    return await start_marked(
+        ctx, state.session_id, state.run_id, state.agent_type, state.root_session_id, mark
+    )
+
+
+async def start_marked(
+    ctx: RuntimeContext,
+    session_id: str,
+    run_id: str,
+    agent_type: str,
+    root_session_id: str,
+    mark: HibernationMark,
+) -> str | None:
+    """``start_continuation`` from what it needs of the row: the session, its run, agent and
+    root, and its hibernation ``mark`` (the deadline keeper's claim returns just these)."""
+    if agent_type not in ctx.registry:
         return None
     if waits_on_child(mark):
         return None  # it goes on once its sub-agent ends (``hibernation.child_ended``)
-    workflow_id = continuation_id(state)
-    assert workflow_id is not None
+    workflow_id = names.continuation_workflow_id(session_id, run_id, mark.get("child"))
     try:
         with SetWorkflowID(workflow_id):
             handle = await DBOS.start_workflow_async(
                 run_continuation,
-                state.session_id,
-                state.run_id,
-                state.agent_type,
-                state.root_session_id,
+                session_id,
+                run_id,
+                agent_type,
+                root_session_id,
                 mark["workflowId"],
                 int(mark["step"]),
                 mark.get("child"),
@@ -155,8 +192,8 @@ async def start_continuation(ctx: RuntimeContext, state: SessionState) -> str | 
         # The mark stays: the deadline keeper (or the reconciler) starts it again.
         log_event(
             "turn.continuation_start_failed",
-            sessionId=state.session_id,
-            runId=state.run_id,
+            sessionId=session_id,
+            runId=run_id,
             workflowId=workflow_id,
             error=f"{type(exc).__name__}: {exc}",
         )

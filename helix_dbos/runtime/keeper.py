@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ..core.session import SessionState
 from ..observability.log import log_event
-from ..store.hibernated import claim_due_page
+from ..store.hibernated import DueBatch, claim_due_batches
 from ..store.store import now_ms
 from .context import RuntimeContext
-from .continuation import start_continuation
+from .continuation import start_marked
 
 __all__ = ["LEASE_MS", "DeadlineKeeper", "keep_once"]
 
@@ -38,7 +37,7 @@ async def keep_once(ctx: RuntimeContext) -> int:
     """One pass: claim and continue every due batch whose agent this process runs; how many
     continuations it started.
 
-    A page of due rows is claimed at once (``claim_due_page``: on Postgres one statement,
+    A page of due rows is claimed at once (``claim_due_batches``: on Postgres one statement,
     which skips the rows another keeper is claiming) and their continuations are started
     ``_AT_ONCE`` at a time.
     """
@@ -46,15 +45,25 @@ async def keep_once(ctx: RuntimeContext) -> int:
     gate = asyncio.Semaphore(_AT_ONCE)
     agents = [a.name for a in ctx.registry]
 
-    async def one(claimed: SessionState) -> bool:
+    async def one(claimed: DueBatch) -> bool:
+        if claimed.run_id is None:
+            return False
         async with gate:
-            if await start_continuation(ctx, claimed) is None:
+            started = await start_marked(
+                ctx,
+                claimed.session_id,
+                claimed.run_id,
+                claimed.agent_type,
+                claimed.root_session_id,
+                claimed.mark,  # type: ignore[arg-type]
+            )
+            if started is None:
                 return False
             log_event("turn.continuation_due", sessionId=claimed.session_id, runId=claimed.run_id)
             return True
 
     while True:
-        page = await claim_due_page(ctx.store, now_ms(), LEASE_MS, _PAGE, agents)
+        page = await claim_due_batches(ctx.store, now_ms(), LEASE_MS, _PAGE, agents)
         done = await asyncio.gather(*(one(claimed) for claimed in page))
         started += sum(done)
         if len(page) < _PAGE:

@@ -34,6 +34,7 @@ until the database is back, it never fails because of one.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, cast
 
 from dbos import DBOS
@@ -48,7 +49,7 @@ from .children import run_child
 from .companion_wake import after_turn
 from .context import current, workflow_task
 from .failure import failure_of, turn_error
-from .handover import EntryInputs, FirstStep, ParkedBatch
+from .handover import EntryInputs, FirstStep, ParkedBatch, ResumeRead
 from .model_step import model_answer
 from .outcomes import (
     Ending,
@@ -93,6 +94,11 @@ async def run_turn(
         outcome = await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
         await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
         return outcome
+
+
+async def _given(read: ResumeRead) -> ResumeRead:
+    """A read made already, as the batch job's read."""
+    return read
 
 
 RETIRED_MESSAGE = (
@@ -411,8 +417,10 @@ class _Turn:
                     item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
                 )
         batch = self._batch(step, plan, results)
+        read = self._prior_read()
+        given = None if read is None else functools.partial(_given, read)
         # The batch's job (``batch_job``): the one a submit started here for it, or run now.
-        continued = await current().batch_jobs.run(batch, lambda b: continue_batch(b, woken))
+        continued = await current().batch_jobs.run(batch, lambda b: continue_batch(b, woken, given))
         settled, self.entry = continued.settled, continued.next_step
         del continued
         ordered = check_fence(settled)["results"]
@@ -422,6 +430,11 @@ class _Turn:
         finished = finishing(self.agent, plan, ordered)
         if finished is not None:
             return await self._finish("completed", "", None, output=finished.get("result"))
+        return None
+
+    def _prior_read(self) -> ResumeRead | None:
+        """The session's rows and conversation, if this turn read them already for its batch's
+        job (a continuation reads them with its hibernation record); ``None``: the job reads."""
         return None
 
     def _batch(

@@ -69,6 +69,12 @@ class Paths(Protocol):
     ) -> tuple[dict[str, SessionState], list[Message]]:
         """A woken turn's rows and its own conversation."""
 
+    async def resume_recorded(
+        self, session_id: str, ids: list[str], slot: str
+    ) -> tuple[dict[str, Any] | None, dict[str, SessionState], list[Message]]:
+        """``resume_inputs`` (on a connection of its own) with the recorded state of ``slot``
+        (``None`` when it did not commit, or when ``session_id``'s row is missing)."""
+
     async def insert_events(
         self,
         c: AsyncConnection,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -28,7 +28,9 @@ from .store import NoChange, SessionStore
 
 __all__ = [
     "DUE_INDEX",
+    "DueBatch",
     "claim_due",
+    "claim_due_batches",
     "claim_due_page",
     "due_expression",
     "due_sessions",
@@ -84,13 +86,14 @@ async def claim_due(
 #: second keeper's claim, a submit, a stop) are skipped, not waited for: two keepers claim
 #: disjoint pages, and a skipped row that is still due is read by the next pass. The claim
 #: moves the row's version on as any write does, so a writer that read it before fails its
-#: compare-and-swap and reads it again.
-_CLAIM_PAGE = f"""
+#: compare-and-swap and reads it again. ``{returning}``: the whole rows, or what a
+#: continuation's start needs (``DueBatch``).
+_CLAIM = """
     WITH due AS (
         SELECT session_id FROM __agents_states
-        WHERE {HIBERNATED_ROW["postgresql"]} AND {HIBERNATED_DUE["postgresql"]} <= %(now)s
+        WHERE {row} AND {due} <= %(now)s
             AND agent_type = ANY(%(types)s)
-        ORDER BY {HIBERNATED_DUE["postgresql"]}
+        ORDER BY {due}
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     )
@@ -99,8 +102,29 @@ _CLAIM_PAGE = f"""
         version = s.version + 1, updated_at = now()
     FROM due
     WHERE s.session_id = due.session_id
-    RETURNING {session_row.select_list("s")}
+    RETURNING {returning}
 """
+_CLAIM_PAGE = _CLAIM.format(
+    row=HIBERNATED_ROW["postgresql"],
+    due=HIBERNATED_DUE["postgresql"],
+    returning=session_row.select_list("s"),
+)
+_CLAIM_BATCHES = _CLAIM.format(
+    row=HIBERNATED_ROW["postgresql"],
+    due=HIBERNATED_DUE["postgresql"],
+    returning="s.session_id, s.agent_type, s.root_session_id, s.run_id, s.metadata -> 'hibernated'",
+)
+
+
+class DueBatch(NamedTuple):
+    """A claimed due batch: what starting its continuation needs (``claim_due_batches``)."""
+
+    session_id: str
+    agent_type: str
+    root_session_id: str
+    run_id: str | None
+    mark: dict[str, Any]
+    """The row's ``metadata.hibernated``, as the claim left it."""
 
 
 async def claim_due_page(
@@ -131,6 +155,25 @@ async def claim_due_page(
         if len(due) < want or not got:
             break
     return claimed
+
+
+async def claim_due_batches(
+    store: SessionStore, now: int, lease_ms: int, limit: int, agent_types: Sequence[str]
+) -> list[DueBatch]:
+    """``claim_due_page``, returning of each claimed row only what its continuation's start
+    needs (the deadline keeper's claim: on Postgres the statement returns five columns, not
+    the rows, and nothing is decoded into a ``SessionState``)."""
+    if not agent_types or store.dialect != "postgresql":
+        return [
+            DueBatch(s.session_id, s.agent_type, s.root_session_id, s.run_id, mark)
+            for s in await claim_due_page(store, now, lease_ms, limit, agent_types)
+            if isinstance(mark := s.metadata.get("hibernated"), dict)
+        ]
+    rows = await store.write_statement(
+        _CLAIM_BATCHES,
+        {"now": now, "types": list(agent_types), "limit": limit, "until": now + lease_ms},
+    )
+    return [DueBatch(*row) for row in rows]
 
 
 async def touched_hibernated(

@@ -40,6 +40,7 @@ __all__ = [
     "STATE_BY_ID",
     "STATES_BY_IDS",
     "RESUME_INPUTS",
+    "RESUME_INPUTS_RECORDED",
     "TREE",
     "STEP_INPUTS",
     "LeanPool",
@@ -118,6 +119,24 @@ RESUME_INPUTS = f"""
         ) END
     FROM __agents_states AS s
     WHERE s.session_id = ANY(%s)
+"""
+
+
+#: A hibernated turn's inputs as its continuation takes it up, in one statement: the rows of
+#: ``RESUME_INPUTS``, the owner's with the recorded state of a checkpoint (its hibernate
+#: commit's; NULL on the other rows, or when that commit did not land).
+RESUME_INPUTS_RECORDED = f"""
+    SELECT {session_row.select_list("s")},
+        CASE WHEN s.session_id = %(sid)s THEN (
+            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
+            FROM __agents_messages AS m
+            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
+        ) END,
+        CASE WHEN s.session_id = %(sid)s THEN (
+            SELECT c.state FROM __agents_checkpoints AS c WHERE c.checkpoint_id = %(slot)s
+        ) END
+    FROM __agents_states AS s
+    WHERE s.session_id = ANY(%(ids)s)
 """
 
 

@@ -207,6 +207,27 @@ class PostgresPaths:
                 history = [Message.from_row(r, m) for r, m in history_rows or ()]
         return {s.session_id: s for s in map(pg.state_from_tuple, rows)}, history
 
+    async def resume_recorded(
+        self, session_id: str, ids: list[str], slot: str
+    ) -> tuple[dict[str, Any] | None, dict[str, SessionState], list[Message]]:
+        """The recorded state of ``slot`` with a woken turn's rows and conversation, in one
+        statement (the state is read on the owner's row: none when that row is missing)."""
+        found = await self._fetch(
+            None,
+            pg.RESUME_INPUTS_RECORDED,
+            {"sid": session_id, "ids": ids, "slot": slot},
+            (STATES, MESSAGES, CHECKPOINTS),
+        )
+        rows: list[tuple[Any, ...]] = []
+        history: list[Message] = []
+        done: dict[str, Any] | None = None
+        for *selected, history_rows, state in found:
+            rows.append(tuple(selected))
+            if selected[0] == session_id:
+                history = [Message.from_row(r, m) for r, m in history_rows or ()]
+                done = state
+        return done, {s.session_id: s for s in map(pg.state_from_tuple, rows)}, history
+
     # -- events -------------------------------------------------------------------------------
 
     async def insert_events(

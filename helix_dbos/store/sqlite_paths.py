@@ -141,6 +141,17 @@ class SQLitePaths:
             history = await self.load_messages(session_id, c)
         return found, history
 
+    async def resume_recorded(
+        self, session_id: str, ids: list[str], slot: str
+    ) -> tuple[dict[str, Any] | None, dict[str, SessionState], list[Message]]:
+        """The recorded state of ``slot`` with a woken turn's rows and conversation, on one
+        connection."""
+        async with self._db.read(None, (STATES, MESSAGES, CHECKPOINTS)) as c:
+            found = await self.load_many(ids, c)
+            done = await self.get_checkpoint(slot, c) if session_id in found else None
+            history = await self.load_messages(session_id, c)
+        return (None if done is None else done["state"]), found, history
+
     # -- events -------------------------------------------------------------------------------
 
     async def insert_events(

@@ -371,6 +371,21 @@ class SessionStore:
         unit.remember(rows.values())
         return rows, history
 
+    @read_retried
+    async def resume_recorded(
+        self, session_id: str, session_ids: Sequence[str], slot: str
+    ) -> tuple[dict[str, Any] | None, tuple[dict[str, SessionState], list[Message]] | None]:
+        """A hibernated turn's take-up, in one read (one statement on Postgres): the recorded
+        state of ``slot`` (its hibernate commit's checkpoint; ``None`` if it did not commit),
+        and what ``resume_inputs`` reads (``None`` when ``session_id``'s row is missing, and
+        the checkpoint is then read on its own)."""
+        ids = list(dict.fromkeys([session_id, *session_ids]))
+        done, states, history = await self._paths.resume_recorded(session_id, ids, slot)
+        if session_id not in states:
+            recorded = await self._paths.get_checkpoint(slot, None)
+            return (None if recorded is None else recorded["state"]), None
+        return done, (states, history)
+
     # -- events -----------------------------------------------------------------------------
 
     async def append_events(

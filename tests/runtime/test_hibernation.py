@@ -246,6 +246,65 @@ async def test_a_hibernated_call_times_out_with_no_request(make_runtime: MakeRun
     assert len(await continuations(sid)) == 1 and llm.calls == 2
 
 
+async def test_a_continuation_reads_its_record_and_rows_once(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A continuation takes its hibernation record up with the session's rows and
+    conversation in one read; its results commit swaps from those rows and hands the next
+    model step its inputs: nothing reads the record, the rows or the conversation again."""
+    llm = ScriptedLLM(script)
+    runtime = await make_runtime([agent("cold", llm, timeout=1.5)], deadline_keeper_seconds=0.2)
+    store = runtime.store
+    reads: list[str] = []
+    for name in ("resume_recorded", "resume_inputs", "get_checkpoint", "step_inputs"):
+        monkeypatch.setattr(store, name, _counted(name, getattr(store, name), reads))
+    handle, _ = await cold_turn(runtime, "1 edit")
+    reads.clear()  # the turn's own, before it hibernated
+    outcome = await completed(runtime, handle)
+    assert outcome["text"] == "results: client_tool_timeout"
+    assert reads == ["resume_recorded"]
+
+
+async def test_a_write_after_the_continuations_read_is_not_lost(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write lands on the row between the continuation's read and its results commit: the
+    commit swaps from the row as it is then (the write stays), and the next model step reads
+    its inputs itself."""
+    llm = ScriptedLLM(script)
+    runtime = await make_runtime([agent("cold", llm, timeout=1.5)], deadline_keeper_seconds=0.2)
+    store = runtime.store
+    real = store.resume_recorded
+    reads: list[str] = []
+
+    async def read_then_write(session_id: str, session_ids: Any, slot: str) -> Any:
+        read = await real(session_id, session_ids, slot)
+
+        def touch(states: Any) -> None:
+            states[session_id].metadata["touched"] = True
+
+        await store.update([session_id], touch)
+        return read
+
+    monkeypatch.setattr(store, "resume_recorded", read_then_write)
+    monkeypatch.setattr(store, "step_inputs", _counted("step_inputs", store.step_inputs, reads))
+    handle, [tcid] = await cold_turn(runtime, "1 edit")
+    reads.clear()
+    outcome = await completed(runtime, handle)
+    assert outcome["text"] == "results: client_tool_timeout"
+    state = await runtime.session(handle.session_id)
+    assert state.metadata.get("touched") is True and state.completed[tcid].outcome == "timeout"
+    assert reads == ["step_inputs"] and llm.calls == 2
+
+
+def _counted(name: str, real: Any, reads: list[str]) -> Any:
+    async def read(*args: Any, **kwargs: Any) -> Any:
+        reads.append(name)
+        return await real(*args, **kwargs)
+
+    return read
+
+
 async def test_a_partial_hibernated_batch_times_out_its_unanswered_call_only(
     make_runtime: MakeRuntime,
 ) -> None:

@@ -249,6 +249,38 @@ async def test_a_stop_while_the_continuation_starts_fences_it(
     assert await tool_results(runtime, sid) == [] and llm.calls == 1
 
 
+async def test_a_stop_after_the_continuations_read_fences_its_commit(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interrupt lands after the continuation read its record with the session's rows,
+    before its results commit, which swaps from those rows: the swap fails, the commit reads
+    the row again, is fenced and writes nothing, and the turn ends ``stopped``."""
+    reached, gate = asyncio.Event(), asyncio.Event()
+    llm = ScriptedLLM(script)
+    runtime = await make_runtime([agent("cold", llm)], deadline_keeper_seconds=0)
+    real = runtime.store.resume_recorded
+
+    async def held(*args: Any) -> Any:
+        read = await real(*args)
+        reached.set()
+        await gate.wait()
+        return read
+
+    monkeypatch.setattr(runtime.store, "resume_recorded", held)
+    handle, (tcid,) = await cold_turn(runtime, "1 edit")
+    sid = handle.session_id
+    await runtime.submit_tool_result(sid, tcid, result={"applied": 1})
+    await asyncio.wait_for(reached.wait(), BOUND)
+    await runtime.interrupt(sid)
+    gate.set()
+    outcome = await asyncio.wait_for(handle.result(), BOUND)
+    assert outcome["outcome"] == "stopped"
+    state = await runtime.session(sid)
+    assert state.status == "interrupted" and "hibernated" not in state.metadata
+    assert state.workflow_id == handle.workflow_id, "the fenced commit named nothing"
+    assert await tool_results(runtime, sid) == [] and llm.calls == 1
+
+
 async def test_answers_racing_the_end_of_the_hot_window(make_runtime: MakeRuntime) -> None:
     """Turns whose two answers land before, while and after their 0.2 s window ends: each
     turn ends once, hibernated (one continuation) or not (none), with nothing twice."""

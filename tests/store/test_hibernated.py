@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.errors import StaleStateError
 from helix_dbos.store.hibernated import (
     DUE_INDEX,
+    DueBatch,
     claim_due,
+    claim_due_batches,
     claim_due_page,
     due_expression,
     due_sessions,
@@ -61,11 +65,20 @@ async def test_due_sessions_are_read_in_due_order_and_claimed_once(db_url: str) 
         await store.close()
 
 
-async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(db_url: str) -> None:
+def _due_at(claimed: SessionState | DueBatch) -> int:
+    mark = claimed.mark if isinstance(claimed, DueBatch) else claimed.metadata["hibernated"]
+    return int(mark["dueAt"])
+
+
+@pytest.mark.parametrize("claim_page", [claim_due_page, claim_due_batches])
+async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(
+    db_url: str, claim_page: Any
+) -> None:
     """Two keepers claiming pages at once claim every due batch exactly once, the most
     overdue first; a claimed batch is leased (not due again before the lease ends), its row's
     version moved on (a writer that read it before loses its compare-and-swap), and rows
-    that are not due, not hibernated or of another agent are never claimed."""
+    that are not due, not hibernated or of another agent are never claimed. (The whole rows
+    claimed, or what the keeper's starts need.)"""
     store = await _store(db_url)
     try:
         for i in range(30):
@@ -83,11 +96,11 @@ async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(db_url: str)
         await store.create_session(other)
         before = await store.get("due-00")
 
-        async def keeper() -> list[SessionState]:
+        async def keeper() -> list[Any]:
             # As a keeper's pass does: pages until one comes back short.
-            got: list[SessionState] = []
+            got: list[Any] = []
             while True:
-                page = await claim_due_page(store, 5_000, 30_000, 20, ["a"])
+                page = await claim_page(store, 5_000, 30_000, 20, ["a"])
                 got += page
                 if len(page) < 20:
                     return got
@@ -97,9 +110,9 @@ async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(db_url: str)
         assert sorted(claimed) == [f"due-{i:02}" for i in range(30)]  # each once, no other
         for got in passes:
             for state in got:
-                assert state.metadata["hibernated"]["dueAt"] == 35_000
-        assert await claim_due_page(store, 5_000, 30_000, 20, ["a"]) == []  # leased
-        again = await claim_due_page(store, 35_000, 30_000, 100, ["a"])
+                assert _due_at(state) == 35_000
+        assert await claim_page(store, 5_000, 30_000, 20, ["a"]) == []  # leased
+        again = await claim_page(store, 35_000, 30_000, 100, ["a"])
         assert again[0].session_id == "future"  # the most overdue first
         assert {s.session_id for s in again} == {f"due-{i:02}" for i in range(30)} | {"future"}
         with pytest.raises(StaleStateError):
@@ -196,5 +209,54 @@ async def test_the_reconcilers_page_of_active_sessions_skips_hibernated_ones(db_
         assert [s.session_id for s in page] == ["stuck"]
         touched = await touched_hibernated(store, later - timedelta(minutes=10), later)
         assert sorted(s.session_id for s in touched) == ["cold-0", "cold-1", "cold-2"]
+    finally:
+        await store.close()
+
+
+async def test_a_take_up_reads_the_record_with_the_rows_and_conversation(db_url: str) -> None:
+    """``resume_recorded``: the hibernate commit's recorded state with the owner's and the
+    root's rows and the owner's conversation; ``None`` for a slot that did not commit; the
+    record alone (no rows) when the owner's row is missing."""
+    store = await _store(db_url)
+    try:
+        await _hibernated(store, "root", 1_000)
+        child = SessionState(session_id="kid", agent_type="a", root_session_id="root")
+        await store.create_session(child)
+        await store.append_messages("kid", "run_1", [Message(role="user", content="hi")])
+        record = {"result": {"hibernated": True, "plan": []}}
+        await store.write_checkpoint("kid", "run_1", step_count=0, state=record, checkpoint_id="s")
+        done, read = await store.resume_recorded("kid", ["root"], "s")
+        assert done == record and read is not None
+        states, history = read
+        assert sorted(states) == ["kid", "root"] and [m.content for m in history] == ["hi"]
+        done, read = await store.resume_recorded("kid", ["root"], "no-such-slot")
+        assert done is None and read is not None and sorted(read[0]) == ["kid", "root"]
+        await store.write_checkpoint("root", "run_1", step_count=0, state=record, checkpoint_id="o")
+        assert await store.resume_recorded("gone", ["root"], "o") == (record, None)
+    finally:
+        await store.close()
+
+
+async def test_the_keepers_claim_returns_what_a_start_needs(db_url: str) -> None:
+    """``claim_due_batches`` claims as ``claim_due_page`` does (the most overdue first, a
+    lease, once) and returns each batch's session, agent, root, run and moved mark."""
+    store = await _store(db_url)
+    try:
+        await _hibernated(store, "late", 2_000)
+        await _hibernated(store, "early", 1_000)
+        await _hibernated(store, "future", 9_000)
+        before = await store.get("early")
+        claimed = await claim_due_batches(store, 5_000, 30_000, 10, ["a"])
+        assert claimed == [
+            DueBatch("early", "a", "early", "run_1", {"at": 1, "workflowId": "w", "step": 0,
+                                                      "dueAt": 35_000}),
+            DueBatch("late", "a", "late", "run_1", {"at": 1, "workflowId": "w", "step": 0,
+                                                    "dueAt": 35_000}),
+        ]  # fmt: skip
+        assert await claim_due_batches(store, 5_000, 30_000, 10, ["a"]) == []
+        assert await claim_due_batches(store, 5_000, 30_000, 10, []) == []
+        assert (await store.get("early")).version == before.version + 1
+        with pytest.raises(StaleStateError):
+            await store.save(before)
     finally:
         await store.close()
