@@ -212,6 +212,9 @@ async def test_inspect_and_sessions_show_hibernated_turns(
     # -- the keeper starts the continuation; the turn ends, nothing hibernated -------------------
     assert await keep_once(runtime.ctx) >= 1
     assert (await runtime.wait(cold.session_id, timeout=30))["status"] == "completed"
+    # The session ends in the continuation's last commit; DBOS records the workflow's end
+    # just after it: wait for that, as recorded.
+    await workflow_result(continuation)
     code, out, _ = await cli("inspect", cold.session_id, "--json", *url)
     done = json.loads(out)
     assert done["hibernated"] is None and done["tree"]["hibernated"] is False

@@ -54,13 +54,24 @@ async def _recovered(db_url: str, sid: str, call: str | None = None) -> None:
             assert answer.status == "accepted"
             asked, said = "ask the intro", 'answered: {"answer": "yes"}'
 
+        seen: list[tuple[str, str, int]] = []
+
         async def settled() -> bool:
             parent, mate = await runtime.session(sid), await runtime.session(mate_id)
             replies = [e for e in await runtime.events(sid) if e.type == "companion_message"]
+            seen[:] = [(parent.status, mate.status, len(replies))]
             idle = ("completed", "failed")
             return parent.status in idle and mate.status in idle and bool(replies)
 
-        await until(settled, timeout=60)
+        try:
+            await until(settled, timeout=60)
+        except AssertionError:
+            mate = await runtime.session(mate_id)
+            raise AssertionError(
+                f"not settled: (parent, companion, replies) = {seen}; companion's run "
+                f"{mate.run_id}, workflow {mate.workflow_id}, metadata {mate.metadata}, "
+                f"events {[e.type for e in await runtime.events(mate_id)]}"
+            ) from None
         # The reply, kept if it came while the parent's turn ran, is in the log after this.
         await (await runtime.start("lead", "thanks", session_id=sid)).result()
         log = await runtime.messages(sid)
