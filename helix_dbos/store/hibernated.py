@@ -31,7 +31,6 @@ __all__ = [
     "DueBatch",
     "claim_due",
     "claim_due_batches",
-    "claim_due_page",
     "due_expression",
     "due_sessions",
     "touched_hibernated",
@@ -104,11 +103,6 @@ _CLAIM = """
     WHERE s.session_id = due.session_id
     RETURNING {returning}
 """
-_CLAIM_PAGE = _CLAIM.format(
-    row=HIBERNATED_ROW["postgresql"],
-    due=HIBERNATED_DUE["postgresql"],
-    returning=session_row.select_list("s"),
-)
 _CLAIM_BATCHES = _CLAIM.format(
     row=HIBERNATED_ROW["postgresql"],
     due=HIBERNATED_DUE["postgresql"],
@@ -127,23 +121,11 @@ class DueBatch(NamedTuple):
     """The row's ``metadata.hibernated``, as the claim left it."""
 
 
-async def claim_due_page(
+async def _claim_each(
     store: SessionStore, now: int, lease_ms: int, limit: int, agent_types: Sequence[str]
 ) -> list[SessionState]:
-    """Claim up to ``limit`` due batches of ``agent_types`` (the most overdue first): each
-    row's ``dueAt`` moves to ``now + lease_ms``; the claimed rows.
-
-    On Postgres one statement claims the page (``_CLAIM_PAGE``); on SQLite (one writer at a
-    time) each due row is claimed by its own compare-and-swap (``claim_due``).
-    """
-    if not agent_types:
-        return []
-    if store.dialect == "postgresql":
-        rows = await store.write_statement(
-            _CLAIM_PAGE,
-            {"now": now, "types": list(agent_types), "limit": limit, "until": now + lease_ms},
-        )
-        return [session_row.decode_tuple(r) for r in rows]
+    """SQLite's claim (one writer at a time): each due row by its own compare-and-swap
+    (``claim_due``), the most overdue first; the claimed rows."""
     claimed: list[SessionState] = []
     while len(claimed) < limit:
         # Another keeper may take some of the rows read: read again for the rest, so that a
@@ -160,13 +142,20 @@ async def claim_due_page(
 async def claim_due_batches(
     store: SessionStore, now: int, lease_ms: int, limit: int, agent_types: Sequence[str]
 ) -> list[DueBatch]:
-    """``claim_due_page``, returning of each claimed row only what its continuation's start
-    needs (the deadline keeper's claim: on Postgres the statement returns five columns, not
-    the rows, and nothing is decoded into a ``SessionState``)."""
-    if not agent_types or store.dialect != "postgresql":
+    """Claim up to ``limit`` due batches of ``agent_types`` (the most overdue first): each
+    row's ``dueAt`` moves to ``now + lease_ms``; of each claimed row, what its continuation's
+    start needs.
+
+    On Postgres one statement claims the page and returns five columns a row
+    (``_CLAIM_BATCHES``: nothing is decoded into a ``SessionState``); on SQLite each due row
+    is claimed by its own compare-and-swap (``_claim_each``).
+    """
+    if not agent_types:
+        return []
+    if store.dialect != "postgresql":
         return [
             DueBatch(s.session_id, s.agent_type, s.root_session_id, s.run_id, mark)
-            for s in await claim_due_page(store, now, lease_ms, limit, agent_types)
+            for s in await _claim_each(store, now, lease_ms, limit, agent_types)
             if isinstance(mark := s.metadata.get("hibernated"), dict)
         ]
     rows = await store.write_statement(

@@ -219,6 +219,25 @@ async def test_the_reconciler_leaves_a_hibernated_turn_alone(make_runtime: MakeR
     assert len(await continuations(sid)) == 1 and llm.calls == 2
 
 
+async def _interrupted_while_held(
+    runtime: AgentRuntime, llm: ScriptedLLM, reached: asyncio.Event, gate: asyncio.Event
+) -> None:
+    """Answer a cold turn's call, interrupt it once its continuation is held (``reached``),
+    let the continuation go on (``gate``): it is fenced, writes nothing, and ends stopped."""
+    handle, (tcid,) = await cold_turn(runtime, "1 edit")
+    sid = handle.session_id
+    await runtime.submit_tool_result(sid, tcid, result={"applied": 1})
+    await asyncio.wait_for(reached.wait(), BOUND)
+    await runtime.interrupt(sid)
+    gate.set()
+    outcome = await asyncio.wait_for(handle.result(), BOUND)
+    assert outcome["outcome"] == "stopped"
+    state = await runtime.session(sid)
+    assert state.status == "interrupted" and "hibernated" not in state.metadata
+    assert state.workflow_id == handle.workflow_id, "the fenced commit named nothing"
+    assert await tool_results(runtime, sid) == [] and llm.calls == 1
+
+
 async def test_a_stop_while_the_continuation_starts_fences_it(
     make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,18 +254,7 @@ async def test_a_stop_while_the_continuation_starts_fences_it(
     monkeypatch.setattr(continuation, "_record", held)
     llm = ScriptedLLM(script)
     runtime = await make_runtime([agent("cold", llm)], deadline_keeper_seconds=0)
-    handle, (tcid,) = await cold_turn(runtime, "1 edit")
-    sid = handle.session_id
-    await runtime.submit_tool_result(sid, tcid, result={"applied": 1})
-    await asyncio.wait_for(reached.wait(), BOUND)
-    await runtime.interrupt(sid)
-    gate.set()
-    outcome = await asyncio.wait_for(handle.result(), BOUND)
-    assert outcome["outcome"] == "stopped"
-    state = await runtime.session(sid)
-    assert state.status == "interrupted" and "hibernated" not in state.metadata
-    assert state.workflow_id == handle.workflow_id, "the fenced commit named nothing"
-    assert await tool_results(runtime, sid) == [] and llm.calls == 1
+    await _interrupted_while_held(runtime, llm, reached, gate)
 
 
 async def test_a_stop_after_the_continuations_read_fences_its_commit(
@@ -267,18 +275,7 @@ async def test_a_stop_after_the_continuations_read_fences_its_commit(
         return read
 
     monkeypatch.setattr(runtime.store, "resume_recorded", held)
-    handle, (tcid,) = await cold_turn(runtime, "1 edit")
-    sid = handle.session_id
-    await runtime.submit_tool_result(sid, tcid, result={"applied": 1})
-    await asyncio.wait_for(reached.wait(), BOUND)
-    await runtime.interrupt(sid)
-    gate.set()
-    outcome = await asyncio.wait_for(handle.result(), BOUND)
-    assert outcome["outcome"] == "stopped"
-    state = await runtime.session(sid)
-    assert state.status == "interrupted" and "hibernated" not in state.metadata
-    assert state.workflow_id == handle.workflow_id, "the fenced commit named nothing"
-    assert await tool_results(runtime, sid) == [] and llm.calls == 1
+    await _interrupted_while_held(runtime, llm, reached, gate)
 
 
 async def test_answers_racing_the_end_of_the_hot_window(make_runtime: MakeRuntime) -> None:

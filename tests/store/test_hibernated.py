@@ -17,7 +17,6 @@ from helix_dbos.store.hibernated import (
     DueBatch,
     claim_due,
     claim_due_batches,
-    claim_due_page,
     due_expression,
     due_sessions,
     touched_hibernated,
@@ -70,7 +69,7 @@ def _due_at(claimed: SessionState | DueBatch) -> int:
     return int(mark["dueAt"])
 
 
-@pytest.mark.parametrize("claim_page", [claim_due_page, claim_due_batches])
+@pytest.mark.parametrize("claim_page", [claim_due_batches])
 async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(
     db_url: str, claim_page: Any
 ) -> None:
@@ -238,7 +237,7 @@ async def test_a_take_up_reads_the_record_with_the_rows_and_conversation(db_url:
 
 
 async def test_the_keepers_claim_returns_what_a_start_needs(db_url: str) -> None:
-    """``claim_due_batches`` claims as ``claim_due_page`` does (the most overdue first, a
+    """``claim_due_batches`` claims (the most overdue first, a
     lease, once) and returns each batch's session, agent, root, run and moved mark."""
     store = await _store(db_url)
     try:
