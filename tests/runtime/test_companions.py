@@ -224,9 +224,12 @@ async def _live_then_gone(url: str, version: str) -> str:
     return sid
 
 
-async def _send_to_the_gone(url: str, sid: str, version: str) -> dict[str, Any]:
+async def _send_to_the_gone(
+    url: str, sid: str, version: str, delivery_timeout: float
+) -> dict[str, Any]:
     """From a second process of ``version``: a send to the companion; its outcome."""
-    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "second", version))
+    lead = lead_agent(delivery_timeout=delivery_timeout)
+    runtime = AgentRuntime([lead], _settings(url, "second", version))
     await runtime.launch()
     try:
         assert runtime.fleet is not None
@@ -252,7 +255,9 @@ def test_a_companion_whose_process_is_gone_is_adopted_by_the_send(db_url: str) -
     """The companion's live workflow belongs to a process that is gone: the send adopts it
     at once (the fleet, as a message to a persistent session does), and it takes the message."""
     sid = asyncio.run(_live_then_gone(db_url, "t"))
-    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "t"))
+    # The adoption replays the companion's workflow before it takes the message: on a loaded
+    # machine that can take more than a second, so this send waits as long as a real one may.
+    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "t", delivery_timeout=30.0))
     assert outcome["delivered"] is True
 
 
@@ -261,7 +266,7 @@ def test_a_companion_stranded_on_another_release_is_unconfirmed(db_url: str) -> 
     the message within the delivery timeout, and the send answers child_start_unconfirmed
     (the message stays its input: a process of that release takes it)."""
     sid = asyncio.run(_live_then_gone(db_url, "v1"))
-    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "v2"))
+    outcome = asyncio.run(_send_to_the_gone(db_url, sid, "v2", delivery_timeout=1.0))
     assert outcome["delivered"] is False and outcome["reason"] == "child_start_unconfirmed"
 
 
