@@ -7,7 +7,8 @@ start, mid submit, mid interrupt) and restarts with the same identity.
 It runs on a private Postgres cluster it creates in a temporary directory (``initdb`` and
 ``pg_ctl`` on a free port; as root, the server runs as the ``postgres`` user) and removes
 afterwards. It prints the figures as JSON and exits 1 if any check failed: every session
-ended, no duplicate tool result, every accepted answer applied, no session active without a
+ended (a session still going at its timeout is driven on for two more minutes, and counted
+``late`` if it ends then), no duplicate tool result, every accepted answer applied, no session active without a
 live workflow, no interrupted turn completed, no 500. The CI version of the same run is
 ``tests/chaos/test_chaos.py`` (30 sessions, 5 kills).
 """

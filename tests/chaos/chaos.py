@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from tests.faults.serve import (
+    ENDED,
     Answer,
     Client,
     EditorUser,
@@ -54,6 +55,10 @@ class ChaosReport:
     internal_errors: list[dict[str, Any]] = field(default_factory=list)
     transport_retries: int = 0
     hibernations: dict[str, int] = field(default_factory=dict)
+    late: list[str] = field(default_factory=list)
+    """Sessions that ended only in the grace after their timeout (slow, not stuck)."""
+    still_waiting: dict[str, Any] = field(default_factory=dict)
+    """Sessions that did not end even then: each one's last status view."""
 
     @property
     def ok(self) -> bool:
@@ -78,6 +83,9 @@ class ChaosReport:
             "http_500_answers": len(self.internal_errors),
             "client_resends_after_lost_answers": self.transport_retries,
             **self.hibernations,
+            "late": len(self.late),
+            "late_examples": self.late[:3],
+            "still_waiting": list(self.still_waiting.values())[:2],
         }
 
 
@@ -146,6 +154,7 @@ async def run_chaos(
     model_delay_ms: int = 150,
     interrupt_share: float = 0.2,
     session_timeout: float = 90.0,
+    late_grace: float = 120.0,
     seed: int | None = None,
     hot_window: float | None = None,
     slow_answer_share: float = 0.0,
@@ -154,7 +163,9 @@ async def run_chaos(
 
     ``hot_window``: the server's ``HELIX_HIBERNATE_AFTER_SECONDS``; with ``slow_answer_share``
     of the calls answered only after one to two and a half hot windows, kills also land on
-    hibernations and continuations.
+    hibernations and continuations. A session that has not ended within ``session_timeout``
+    is driven again for ``late_grace`` seconds once the kills are over: the report counts it
+    ``late`` if it ends then, and it stays a failure (``not_ended``) if it does not.
     """
     rng = random.Random(seed)
     tag = f"{rng.getrandbits(32):08x}"
@@ -228,6 +239,7 @@ async def run_chaos(
         await monkey
         session_ids += more
         seconds = time.monotonic() - began
+        late, waiting = await _late_or_stuck(user, client, session_ids, late_grace)
     finally:
         await client.close()
         await asyncio.to_thread(server.stop)
@@ -246,7 +258,35 @@ async def run_chaos(
         internal_errors=client.internal_errors,
         transport_retries=client.transport_retries,
         hibernations=_hibernations(database_url),
+        late=late,
+        still_waiting=waiting,
     )
+
+
+async def _late_or_stuck(
+    user: EditorUser, client: Client, session_ids: list[str], grace: float
+) -> tuple[list[str], dict[str, Any]]:
+    """Tell a late session from a stuck one: every session that did not end within its
+    timeout is driven again, kills over, for ``grace`` seconds. Those that end were late;
+    for those that still do not, what their status shows (what each waits on)."""
+    views = await asyncio.gather(*(_status(client, sid) for sid in session_ids))
+    behind = [view["sessionId"] for view in views if view.get("status") not in ENDED]
+    if not behind:
+        return [], {}
+    deadline = time.monotonic() + grace
+    await asyncio.gather(*(user.drive(sid, deadline) for sid in behind))
+    after = await asyncio.gather(*(_status(client, sid) for sid in behind))
+    waiting = {view["sessionId"]: view for view in after if view.get("status") not in ENDED}
+    return [sid for sid in behind if sid not in waiting], waiting
+
+
+async def _status(client: Client, sid: str) -> dict[str, Any]:
+    response = await client.request("GET", "/status", params={"sessionId": sid})
+    if response.status_code != 200:
+        return {"sessionId": sid, "status": f"http {response.status_code}"}
+    view: dict[str, Any] = response.json()
+    view.setdefault("sessionId", sid)
+    return view
 
 
 def _hibernations(database_url: str) -> dict[str, int]:

@@ -22,7 +22,13 @@ async def test_chaos_loses_nothing_and_leaves_nothing_stuck(
     applied, no session active without a live workflow, no interrupted turn completed, no
     500."""
     report = await run_chaos(
-        cluster_url, tmp_path, sessions=30, kills=5, concurrency=8, session_timeout=45
+        cluster_url,
+        tmp_path,
+        sessions=30,
+        kills=5,
+        concurrency=8,
+        session_timeout=45,
+        late_grace=60,
     )
     summary = json.dumps(report.summary(), indent=1, default=str)
     print(summary)

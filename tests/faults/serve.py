@@ -307,6 +307,11 @@ class EditorUser:
         # A start whose answer was lost is sent again: 409 then means the first one got in.
         assert started.status_code in (200, 409), started.text
         self.starts[sid] = started.status_code
+        return await self.drive(sid, deadline, will_interrupt=will_interrupt)
+
+    async def drive(self, sid: str, deadline: float, *, will_interrupt: bool = False) -> str:
+        """Answer session ``sid``'s calls until it ends or the monotonic ``deadline``
+        passes; return ``sid``. A call the session shows as submitted is not answered again."""
         answered: set[str] = set()
         seen: dict[str, float] = {}  # call id -> when the user will answer it
         while time.monotonic() < deadline:
