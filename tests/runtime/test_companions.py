@@ -213,7 +213,7 @@ def _settings(url: str, executor: str, version: str = "t") -> HelixSettings:
 async def _live_then_gone(url: str, version: str) -> str:
     """A process whose companion is live on its inbox, stopped cleanly (its workflow stays
     PENDING, nobody runs it): the parent's session."""
-    runtime = AgentRuntime([lead_agent(delivery_timeout=1.0)], _settings(url, "first", version))
+    runtime = AgentRuntime([lead_agent()], _settings(url, "first", version))
     await runtime.launch()
     try:
         sid, result = await _say(runtime, "send reviewer: hi")
