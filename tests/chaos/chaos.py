@@ -54,7 +54,7 @@ class ChaosReport:
     interrupted_then_completed: list[str] = field(default_factory=list)
     internal_errors: list[dict[str, Any]] = field(default_factory=list)
     transport_retries: int = 0
-    hibernations: dict[str, int] = field(default_factory=dict)
+    hibernations: dict[str, Any] = field(default_factory=dict)
     late: list[str] = field(default_factory=list)
     """Sessions that ended only in the grace after their timeout (slow, not stuck)."""
     still_waiting: dict[str, Any] = field(default_factory=dict)
@@ -289,9 +289,19 @@ async def _status(client: Client, sid: str) -> dict[str, Any]:
     return view
 
 
-def _hibernations(database_url: str) -> dict[str, int]:
-    """How many batches hibernated, and how many continuation workflows ran."""
+def _hibernations(database_url: str) -> dict[str, Any]:
+    """How many batches hibernated, how many continuation workflows ran, and the final status
+    of each session with a hibernated batch that no continuation took (an interrupt or an
+    abort of a hibernated turn starts none)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
+        uncontinued = conn.execute(
+            "SELECT c.session_id, s.status FROM __agents_checkpoints c "
+            "JOIN __agents_states s USING (session_id) "
+            "WHERE c.checkpoint_id LIKE '%%:hibernate' "
+            "AND (c.state -> 'result' ->> 'hibernated')::boolean "
+            "AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid "
+            "LIKE 'helix:' || c.session_id || ':' || c.run_id || ':continue%%')"
+        ).fetchall()
         (hibernated,) = conn.execute(
             "SELECT count(*) FROM __agents_checkpoints WHERE checkpoint_id LIKE '%%:hibernate' "
             "AND (state -> 'result' ->> 'hibernated')::boolean"
@@ -299,7 +309,11 @@ def _hibernations(database_url: str) -> dict[str, int]:
         (continued,) = conn.execute(
             "SELECT count(*) FROM dbos.workflow_status WHERE name = 'helix.turn.continue'"
         ).fetchall()
-    return {"hibernated": int(hibernated[0]), "continuations": int(continued[0])}
+    return {
+        "hibernated": int(hibernated[0]),
+        "continuations": int(continued[0]),
+        "hibernated_not_continued": {sid: status for sid, status in uncontinued},
+    }
 
 
 def _final_statuses(database_url: str, session_ids: list[str]) -> dict[str, str]:
