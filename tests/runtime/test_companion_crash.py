@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dbos import DBOS
 
 from helix_dbos.core.markers import is_sub_agent_notification
 from helix_dbos.runtime import AgentRuntime, names
@@ -66,11 +67,8 @@ async def _recovered(db_url: str, sid: str, call: str | None = None) -> None:
         try:
             await until(settled, timeout=60)
         except AssertionError:
-            mate = await runtime.session(mate_id)
             raise AssertionError(
-                f"not settled: (parent, companion, replies) = {seen}; companion's run "
-                f"{mate.run_id}, workflow {mate.workflow_id}, metadata {mate.metadata}, "
-                f"events {[e.type for e in await runtime.events(mate_id)]}"
+                f"not settled: {seen}; {await _evidence(runtime, mate_id)}"
             ) from None
         # The reply, kept if it came while the parent's turn ran, is in the log after this.
         await (await runtime.start("lead", "thanks", session_id=sid)).result()
@@ -88,6 +86,27 @@ async def _recovered(db_url: str, sid: str, call: str | None = None) -> None:
         assert [e.type for e in await runtime.events(mate_id)].count("turn_start") == 1
     finally:
         await runtime.shutdown()
+
+
+async def _evidence(runtime: AgentRuntime, mate_id: str) -> str:
+    """What the companion's row, events, checkpoints and DBOS workflows say (a failure's
+    message: enough to tell which runner of its batch stopped where)."""
+    mate = await runtime.session(mate_id)
+    flows = await DBOS.list_workflows_async(load_input=False, load_output=False)
+    recorded = {}
+    for flow in flows:
+        if mate_id in flow.workflow_id:
+            steps = await DBOS.list_workflow_steps_async(flow.workflow_id)
+            names_ = [str(step.get("function_name")) for step in steps]
+            recorded[flow.workflow_id] = (str(flow.status), str(flow.executor_id), names_)
+    return (
+        f"companion {mate.status} on {mate.run_id}, workflow {mate.workflow_id}, pending "
+        f"{[(p.tool_call_id, p.run_id, p.submitted_at) for p in mate.pending.values()]}, "
+        f"metadata {mate.metadata}; events "
+        f"{[(e.sequence, e.type, e.run_id) for e in await runtime.events(mate_id)]}; "
+        f"checkpoints {[c['checkpointId'] for c in await runtime.checkpoints(mate_id)]}; "
+        f"workflows {recorded}"
+    )
 
 
 @pytest.mark.slow
