@@ -205,9 +205,11 @@ _EVENTS_SWAPPED = """
         WHERE (r.sequence IS NOT NULL OR c.session_id IS NOT NULL) /*guard*/
         ORDER BY 1, 2
     )"""
-#: In a statement that swaps rows, every other part writes only if every swap landed: a lost
-#: swap writes nothing at all, so the statement holds on its own, with or without a
-#: transaction around it (``SessionStore.transact`` sends a lone flush without one).
+#: In a statement that swaps rows, every other part writes only if every swap landed. A
+#: statement of one swap therefore holds on its own, with or without a transaction around it
+#: (``SessionStore.transact`` sends such a lone flush without one); the swaps themselves are
+#: one part, where one that matched lands though another lost, so two or more swaps are sent
+#: in a transaction (``flush``), which the lost race rolls back.
 _GUARD = "/*guard*/"
 _SWAPS_LANDED = "AND (SELECT count(*) FROM cas_states) = %(swaps)s::bigint"
 _statements: dict[tuple[str, ...], str] = {}
@@ -422,8 +424,8 @@ class WriteBatch:
 
     async def flush(self, *, last: bool = False) -> None:
         """Send every queued write as one statement, and empty the queue. ``last``: the
-        transaction sends nothing after it (then, if it sent nothing before it either, the
-        statement goes without a transaction: see ``pg.fetch_last``).
+        transaction sends nothing after it (then, if it sent nothing before it either and the
+        statement swaps at most one row, it goes without a transaction: see ``pg.fetch_last``).
 
         Raises:
             StaleStateError: a compare-and-swap found its row at another version.
@@ -455,7 +457,9 @@ class WriteBatch:
         self._checkpoints, self._notifications, self._queued_messages = [], [], {}
         self._outbox = []
         self._dirty = set()
-        swapped = await (fetch_last if last else fetch)(self.conn, sql, params)
+        # Alone (no BEGIN), a swap that matched would land though another one lost (_GUARD).
+        alone = last and len(cas) <= 1
+        swapped = await (fetch_last if alone else fetch)(self.conn, sql, params)
         if expected:
             done = {row[0]: row[1] for row in swapped}
             for sid, version in expected.items():

@@ -117,3 +117,30 @@ async def test_a_unit_that_only_reads_writes_nothing(store: SessionStore) -> Non
 
     assert await store.transact(body) == "idle"
     assert (await store.get("s1")).version == 0
+
+
+def _bump_both(states: dict[str, SessionState]) -> int:
+    for state in states.values():
+        state.metadata["n"] = int(state.metadata.get("n", 0)) + 1
+    return int(states["s1"].metadata["n"])
+
+
+async def test_a_unit_that_swaps_two_rows_lands_both_or_neither(store: SessionStore) -> None:
+    """A sub-agent's results commit swaps its own row and its root's, both said read. When
+    the root moved since (another writer), the unit runs again: the row whose swap matched
+    must not have landed alone in the lost attempt (else the rerun moves it twice)."""
+    await store.create_session(session("s1"))
+    await store.create_session(session("root"))
+    owner, root = await store.get("s1"), await store.get("root")
+    await store.update(["root"], lambda states: states["root"].metadata.update(other=1))
+    runs: list[int] = []
+
+    async def body() -> int:
+        runs.append(1)
+        _, n = await store.update(["s1", "root"], _bump_both)
+        return n
+
+    assert await store.transact(body, read=[owner, root]) == 1
+    assert len(runs) == 2  # the stale root lost the first attempt
+    assert (await store.get("s1")).metadata["n"] == 1
+    assert (await store.get("root")).metadata == {"other": 1, "n": 1}
