@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from helix_dbos.runtime import names
 from tests.faults.serve import (
     ENDED,
     Answer,
@@ -294,25 +295,27 @@ def _hibernations(database_url: str) -> dict[str, Any]:
     of each session with a hibernated batch that no continuation took (an interrupt or an
     abort of a hibernated turn starts none)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
-        uncontinued = conn.execute(
-            "SELECT c.session_id, s.status FROM __agents_checkpoints c "
+        hibernated = conn.execute(
+            "SELECT c.session_id, c.run_id, s.status FROM __agents_checkpoints c "
             "JOIN __agents_states s USING (session_id) "
             "WHERE c.checkpoint_id LIKE '%%:hibernate' "
-            "AND (c.state -> 'result' ->> 'hibernated')::boolean "
-            "AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid "
-            "LIKE 'helix:' || c.session_id || ':' || c.run_id || ':continue%%')"
+            "AND (c.state -> 'result' ->> 'hibernated')::boolean"
         ).fetchall()
-        (hibernated,) = conn.execute(
-            "SELECT count(*) FROM __agents_checkpoints WHERE checkpoint_id LIKE '%%:hibernate' "
-            "AND (state -> 'result' ->> 'hibernated')::boolean"
-        ).fetchall()
-        (continued,) = conn.execute(
-            "SELECT count(*) FROM dbos.workflow_status WHERE name = 'helix.turn.continue'"
-        ).fetchall()
+        continuations = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT workflow_uuid FROM dbos.workflow_status WHERE name = 'helix.turn.continue'"
+            ).fetchall()
+        ]
+    uncontinued = {
+        sid: status
+        for sid, run, status in hibernated
+        if not any(w.startswith(names.continuation_workflow_id(sid, run)) for w in continuations)
+    }
     return {
-        "hibernated": int(hibernated[0]),
-        "continuations": int(continued[0]),
-        "hibernated_not_continued": {sid: status for sid, status in uncontinued},
+        "hibernated": len(hibernated),
+        "continuations": len(continuations),
+        "hibernated_not_continued": uncontinued,
     }
 
 

@@ -92,13 +92,14 @@ async def _evidence(runtime: AgentRuntime, mate_id: str) -> str:
     """What the companion's row, events, checkpoints and DBOS workflows say (a failure's
     message: enough to tell which runner of its batch stopped where)."""
     mate = await runtime.session(mate_id)
-    flows = await DBOS.list_workflows_async(load_input=False, load_output=False)
+    flows = await DBOS.list_workflows_async(
+        workflow_id_prefix=f"helix:{mate_id}:", load_input=False, load_output=False
+    )
     recorded = {}
     for flow in flows:
-        if mate_id in flow.workflow_id:
-            steps = await DBOS.list_workflow_steps_async(flow.workflow_id)
-            names_ = [str(step.get("function_name")) for step in steps]
-            recorded[flow.workflow_id] = (str(flow.status), str(flow.executor_id), names_)
+        steps = await DBOS.list_workflow_steps_async(flow.workflow_id)
+        called = [str(step.get("function_name")) for step in steps]
+        recorded[flow.workflow_id] = (str(flow.status), str(flow.executor_id), called)
     return (
         f"companion {mate.status} on {mate.run_id}, workflow {mate.workflow_id}, pending "
         f"{[(p.tool_call_id, p.run_id, p.submitted_at) for p in mate.pending.values()]}, "
