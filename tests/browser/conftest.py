@@ -19,9 +19,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Request, expect, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: How long a browser action, and an ``expect`` on the page, waits (a loaded machine serves a
+#: turn's end seconds late; ``expect``'s own default is 5 s).
+TIMEOUT_MS = 30_000
+expect.set_options(timeout=TIMEOUT_MS)
 
 #: The session-token secret of the authenticated server.
 SECRET = "browser-test-secret-0123456789-abcdef"
@@ -72,7 +77,7 @@ class Visit:
 @pytest.fixture
 def visit(browser: Browser) -> Iterator[Visit]:
     context = browser.new_context()
-    context.set_default_timeout(30_000)
+    context.set_default_timeout(TIMEOUT_MS)
     page = context.new_page()
     seen = Visit(context=context, page=page)
 
