@@ -139,11 +139,12 @@ class _Agui:
         return JSONResponse(body)
 
     async def run(self, request: Request, agent_type: str) -> Response:
-        body = await self.api.body(request, AguiRunInput, "agui", session_key="threadId")
+        checked = await self.api.body(request, AguiRunInput, "agui")
+        body, thread = checked.body, checked.session
         agent = self.runtime.registry.get(agent_type)
-        run = AguiRun(body.thread_id, body.run_id, known_of(body.messages))
+        run = AguiRun(thread, body.run_id, known_of(body.messages))
         try:
-            return _stream(await self._decide(body, agent, run, request_owner(request)))
+            return _stream(await self._decide(thread, body, agent, run, request_owner(request)))
         except _HTTP_ONLY:
             raise
         except _Refused as refused:
@@ -152,11 +153,9 @@ class _Agui:
         except HelixError as exc:
             code, message, details = str(exc.code), exc.message, {"retryable": exc.retryable}
             details.update(exc.details)
-        log_event(
-            "agui.run_refused", threadId=body.thread_id, code=code, cause=details.get("cause")
-        )
+        log_event("agui.run_refused", threadId=thread, code=code, cause=details.get("cause"))
         text = message or "No pending call matches this answer; nothing was stored"
-        return _stream(_frames(refusal(body.thread_id, body.run_id, code, text, details)))
+        return _stream(_frames(refusal(thread, body.run_id, code, text, details)))
 
     async def _view(self, thread_id: str, agent: Agent) -> dict[str, Any] | None:
         """The thread's status view (``None`` for a new thread); it must be a root session
@@ -172,11 +171,10 @@ class _Agui:
         return await self.runtime.status(thread_id)
 
     async def _decide(
-        self, body: AguiRunInput, agent: Agent, run: AguiRun, owner: SessionOwner
+        self, thread: str, body: AguiRunInput, agent: Agent, run: AguiRun, owner: SessionOwner
     ) -> _Events:
-        """Store what the input answers (or start its turn, a new thread owned by ``owner``),
-        then the stream to answer."""
-        thread = body.thread_id
+        """Store what the input answers on ``thread`` (the authorized session; or start its
+        turn, a new thread owned by ``owner``), then the stream to answer."""
         check_client_tools(agent, body.tools or [])
         view = await self._view(thread, agent)
         live, stale = resume_answers(thread, body.resume or [], view)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ag_ui.core import (
     AssistantMessage,
@@ -49,7 +49,10 @@ __all__ = [
 
 class AguiRunInput(RunAgentInput):
     """AG-UI's ``RunAgentInput``; its ``threadId`` is the session id, so it follows the id rule
-    of every id (``schemas.Identifier``)."""
+    of every id (``schemas.Identifier``). Validated under its documented (camelCase) names only:
+    ag-ui's models also take the Python names (``thread_id``), which the pipeline refuses."""
+
+    session_field: ClassVar[str] = "thread_id"
 
     thread_id: Identifier
 

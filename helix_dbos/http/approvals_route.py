@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..core.owner import OWNER_MAX_LENGTH
 from ..store.approvals import APPROVALS_PAGE_DEFAULT, APPROVALS_PAGE_MAX, CURSOR_PATTERN
-from .auth import run_authenticate, set_request_context
+from .errors import HelixRoute
 from .openapi import AUTH_RESPONSES, error_response_doc
 from .pipeline import RouteContext
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN
@@ -88,7 +88,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def create_approvals_router(api: RouteContext) -> APIRouter:
     """The inbox route over ``api``'s runtime and hook (included by ``create_router``)."""
-    router = APIRouter()
+    router = APIRouter(route_class=HelixRoute)
     runtime = api.runtime
 
     @router.get(
@@ -135,8 +135,8 @@ def create_approvals_router(api: RouteContext) -> APIRouter:
             Query(pattern=CURSOR_PATTERN, description="The previous page's `nextCursor`."),
         ] = None,
     ) -> Response:
-        set_request_context(request, session_id, None)
-        await run_authenticate(api.authenticate, request, "approvals")
+        # A named session is authorized like on every route (its tenant's wall included).
+        await api.query(request, "approvals", session_id)
         scope = inbox_scope(request, principal, tenant)
         if scope.empty:
             return JSONResponse({"approvals": [], "nextCursor": None})

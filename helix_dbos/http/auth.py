@@ -10,9 +10,10 @@ records principal and tenant; see ``scope.py`` for what a tenant and an approver
 ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with ``"ok": False``: a
 custom refusal, e.g. 403). It may be sync or async. Anything else refuses (fail closed).
 
-Before the hook runs, the router has read and parsed the body: ``request_session_id(request)``
-is the session the request names (body ``sessionId``, query ``sessionId`` or the chat path's
-id) and ``request_body(request)`` the parsed JSON, so a hook can bind a credential to a session.
+Before the hook runs, the router has read, parsed and validated the body:
+``request_session_id(request)`` is the session the request acts on, derived from the validated
+body, query or path (``pipeline.RouteContext``; the handler acts on that same value), and
+``request_body(request)`` the parsed JSON, so a hook can bind a credential to a session.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ _APPROVER_KEY = "helix_approver"
 
 
 def request_session_id(request: Request) -> str | None:
-    """The session the request names, as the router found it before authentication."""
+    """The session the request acts on, as the router derived it from the validated request
+    (``None``: it acts on none)."""
     value = getattr(request.state, _SESSION_KEY, None)
     return value if isinstance(value, str) else None
 
@@ -317,7 +319,8 @@ def _bound_answer(operation: str, session_id: str | None, bound: str) -> AuthRes
         return {"error": "A session token lists only its session's approvals", "status": 403}
     if session_id is not None and session_id != bound:
         return {"error": "The session token is for another session", "status": 403}
-    # session_id None: the body is unreadable; validation answers it next.
+    # session_id None: the request acts on no session (a route that names none), or its body
+    # is invalid and validation refuses it next; a valid body always names its session.
     return True
 
 

@@ -3,7 +3,8 @@
 The order is the seed's: the declared length is checked before a byte is read (a client cannot
 make the server allocate an oversized body), the bytes are counted while reading (a body that
 lies about its length is cut off), then the JSON is parsed with its nesting bounded, then the
-result is validated against the route's pydantic model.
+result is validated against the route's pydantic model: under its documented names only (one
+spelling per field, no undocumented key, for every model, those of the protocols included).
 """
 
 from __future__ import annotations
@@ -218,7 +219,13 @@ def validate_body(
             verbose=verbose,
         )
     try:
-        return model.model_validate(transform(value) if transform else value)
+        # One spelling per field: the documented (camelCase) name only, and no name the model
+        # does not document, whatever the model's own configuration (ag-ui's models accept
+        # both spellings and keep unknown keys): a check and a handler never read two
+        # different fields of one body.
+        return model.model_validate(
+            transform(value) if transform else value, by_alias=True, by_name=False, extra="forbid"
+        )
     except ValidationError as exc:
         issues = [
             {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}

@@ -213,9 +213,11 @@ _USER_MESSAGE = {
     "properties": {
         "id": {"type": "string"},
         "role": {"const": "user"},
+        "metadata": {"description": "The application's own data; never read."},
         "parts": {"type": "array", "items": {"type": "object"}, "contains": _TEXT_PART},
     },
     "required": ["role", "parts"],
+    "additionalProperties": False,
 }
 
 _ASSISTANT_MESSAGE = {
@@ -230,9 +232,11 @@ _ASSISTANT_MESSAGE = {
     "properties": {
         "id": {"type": "string"},
         "role": {"const": "assistant"},
+        "metadata": {"description": "The application's own data; never read."},
         "parts": {"type": "array", "items": {"type": "object"}},
     },
     "required": ["role"],
+    "additionalProperties": False,
 }
 
 

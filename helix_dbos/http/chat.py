@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,22 +78,26 @@ _OUTAGE_TAIL = encode_chunks([{"type": "error", "errorText": STORE_UNAVAILABLE_M
 
 
 class UIMessage(BaseModel):
-    """One AI SDK ``UIMessage``; the parts are read loosely (only tool parts and text)."""
+    """One AI SDK ``UIMessage``: ``id``, ``role``, ``metadata`` and ``parts``; the parts are
+    read loosely (only tool parts and text, by their documented names)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     id: str = ""
     role: Literal["system", "user", "assistant"]
+    metadata: Any = None
+    """The application's own data; never read."""
     parts: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ChatRequest(BaseModel):
-    """The AI SDK chat transport's body; extra transport fields are accepted and ignored."""
+    """The AI SDK chat transport's body (``DefaultChatTransport``): ``id``, ``messages``,
+    ``trigger``, ``messageId``. Any other name is refused: one spelling per field."""
 
     # The document describes the messages the server acts on (see body_variants.py).
-    model_config = ConfigDict(
-        extra="allow", populate_by_name=True, json_schema_extra=chat_request_variants
-    )
+    model_config = ConfigDict(extra="forbid", json_schema_extra=chat_request_variants)
+
+    session_field: ClassVar[str] = "id"
 
     id: Identifier
     """The chat's id: the ROOT session."""
@@ -293,11 +297,11 @@ class _Chat:
         return JSONResponse(out)
 
     async def post(self, request: Request) -> Response:
-        body = await self.api.body(request, ChatRequest, "chat", session_key="id")
+        checked = await self.api.body(request, ChatRequest, "chat")
+        body, session_id = checked.body, checked.session
         if body.trigger == "regenerate-message":
             # Regenerating would rewrite the server's history; send a new message instead.
             raise _invalid("trigger")
-        session_id = body.id
         last = body.messages[-1]
         if last.role == "assistant":
             return await self._answer(session_id, last, body.message_id or last.id or None)

@@ -24,13 +24,14 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError as FastAPIValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import HelixError, StoreUnavailableError
+from ..errors import HelixError, RequestValidationError, StoreUnavailableError
 from ..observability.log import describe_issues, log_event, logger
 from ..store.faults import DATABASE_ERRORS, is_transient
 from .body import REQUEST_INVALID_MESSAGE
@@ -161,14 +162,40 @@ def _query_invalid(request: Request, exc: FastAPIValidationError) -> JSONRespons
     return JSONResponse(body, status_code=400)
 
 
+#: A GET's credential (a browser's EventSource cannot set headers): on every GET route.
+_CREDENTIAL_QUERY = "token"
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _undocumented_query(route: APIRoute, request: Request) -> list[str]:
+    """The query names ``route`` does not document: one spelling per parameter, as in bodies
+    (``session_id`` for ``sessionId`` is refused, not silently ignored)."""
+    documented = _query_names(route.dependant)
+    if request.method == "GET":
+        documented.add(_CREDENTIAL_QUERY)
+    return sorted(set(request.query_params.keys()) - documented)
+
+
 class HelixRoute(APIRoute):
-    """An ``APIRoute`` whose every failure is a typed answer (see the module docstring)."""
+    """An ``APIRoute`` whose every failure is a typed answer (see the module docstring), and
+    that refuses a query parameter it does not document (400, ``cause: query``)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
             try:
+                unknown = _undocumented_query(self, request)
+                if unknown:
+                    raise RequestValidationError(
+                        REQUEST_INVALID_MESSAGE, cause="query", parameters=unknown
+                    )
                 return await handler(request)
             except HelixError as exc:
                 return _answer(request, exc)

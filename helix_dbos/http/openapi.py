@@ -136,10 +136,25 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
+def _closed(node: Any) -> Any:
+    """``node`` with every object that lists its ``properties`` closed to other names: what
+    a request body's validation enforces (``body.validate_body``), whatever the model's own
+    configuration says. Free-form objects (no ``properties``) stay open."""
+    if isinstance(node, list):
+        return [_closed(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _closed(v) for k, v in node.items()}
+    if isinstance(node.get("properties"), dict):
+        out["additionalProperties"] = False
+    return out
+
+
 def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema (wire names) with its ``$defs`` inlined (no recursive models)."""
+    """The request model's JSON schema (wire names) with its ``$defs`` inlined (no recursive
+    models), every object with named properties closed to other names."""
     schema = model.model_json_schema(by_alias=True)
-    inlined: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
+    inlined: dict[str, Any] = _closed(_inline(schema, schema.get("$defs", {})))
     return inlined
 
 

@@ -4,9 +4,14 @@ One place for each step a request goes through:
 
 1. the body: the size guard (Content-Length against ``runtime.max_result_bytes`` x 4, before
    reading) and the media type; read (counting bytes) and parse the JSON (bounded depth);
-2. the authenticate hook (it can see the session the body or the query names), and the
-   tenant it names: a session of another tenant is refused (``scope.py``);
-3. validation against the route's model (a fixed message; details only when verbose);
+2. validation against the route's model, one spelling per field and no undocumented name (a
+   fixed message; details only when verbose);
+3. authorization of the session the VALIDATED body acts on (its model's ``session_field``, or
+   the path's id): the authenticate hook sees that session, and a session of the tenant the
+   hook did not name is refused (``scope.py``). The handler acts on ``Authorized.session_id``,
+   the value that was checked; an invalid body is refused only after every session it could
+   be read as naming passed the same checks, so a refusal on a session is 401/403 however
+   the body spells it;
 4. for submits: the per-session rate limit (one window per session, whichever route the
    answers come through), a pre-check of every answer of the request before any is stored,
    then the runtime's submit, with its refusals mapped to the wire's typed answers.
@@ -20,11 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
-from typing import Annotated, Any
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastapi import Path, Query
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 
 from ..core.session import SubmitAnswer
@@ -33,19 +38,23 @@ from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime, TurnHandle
 from ..runtime.submit import Submission, precheck
 from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
-from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, M, parse_json, read_body
+from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, parse_json, read_body
 from .body import validate_body as _validate
 from .limits import SlidingWindowLimiter
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN, Identifier
 from .scope import enforce_tenant, request_owner
 
 __all__ = [
+    "Authorized",
     "ChatIdPath",
     "RouteContext",
     "SessionIdQuery",
+    "SessionRequest",
     "configure_router",
     "describe_issues",
     "identifier",
+    "named_sessions",
+    "session_field",
 ]
 
 #: A ``sessionId`` query parameter: the identifier rule of every id on the wire.
@@ -114,6 +123,62 @@ def configure_router(
         set_service_name(service_name)
 
 
+class SessionRequest(Protocol):
+    """A request body that names the session it acts on in one field (``None`` in it: the
+    request creates a session, as ``/start`` without a ``sessionId``)."""
+
+    session_field: ClassVar[str]
+
+
+B = TypeVar("B", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Authorized(Generic[B]):
+    """A validated body and the session it was authorized for: the one a handler acts on."""
+
+    body: B
+    session_id: str | None
+
+    @property
+    def session(self) -> str:
+        """The session, for a route whose body must name one (its model requires the field).
+
+        Raises:
+            RequestValidationError: the request names none (a new session's ``/start``).
+        """
+        if self.session_id is None:
+            raise RequestValidationError(REQUEST_INVALID_MESSAGE, cause="session")
+        return self.session_id
+
+
+def session_field(model: type[BaseModel]) -> str:
+    """The field of ``model`` that names the session a request acts on.
+
+    Raises:
+        TypeError: ``model`` declares none (a route's body model must: ``SessionRequest``).
+    """
+    field = getattr(model, "session_field", None)
+    if not isinstance(field, str) or field not in model.model_fields:
+        raise TypeError(f"{model.__name__} names no session_field")
+    return field
+
+
+def _spelling(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def named_sessions(model: type[BaseModel], parsed: Any) -> list[str]:
+    """The sessions an invalid body could be read as naming: the string under any key that
+    spells ``model``'s session field another way (``thread_id``, ``ThreadID``, ...)."""
+    if not isinstance(parsed, dict):
+        return []
+    field = session_field(model)
+    info = model.model_fields[field]
+    spellings = {_spelling(field), _spelling(info.alias or field)}
+    return [v for k, v in parsed.items() if _spelling(k) in spellings and isinstance(v, str)]
+
+
 class RouteContext:
     """What every handler shares: the runtime, the hook, the options and the rate limit."""
 
@@ -132,46 +197,66 @@ class RouteContext:
     async def body(
         self,
         request: Request,
-        model: type[M],
+        model: type[B],
         operation: str,
         *,
         message: str = REQUEST_INVALID_MESSAGE,
-        session_key: str = "sessionId",
         path_session_id: str | None = None,
-    ) -> M:
-        """Guard, read and parse the body, authenticate ``operation``, then validate it.
+    ) -> Authorized[B]:
+        """Guard, read, parse and validate the body, then authorize ``operation`` on the
+        session the validated body acts on: its ``session_field``, or ``path_session_id`` for a
+        route that names the session in its path (a body that names another one is a 400).
 
-        The hook sees ``path_session_id`` as the request's session, else the body's
-        ``session_key`` field when it is a string.
+        The hook, the session-token binding and the tenant wall all see that one session, and
+        the handler acts on ``Authorized.session_id``: what was checked is what is acted on.
+        An invalid body is refused 400 once every session it could be read as naming (any
+        spelling of the session field, or the path's id) passed the same checks, so a caller
+        refused on a session is refused 401/403 however it spelt it.
+
+        Raises:
+            AuthError: the hook refused, or the session is another tenant's (403).
+            RequestValidationError: the body is not JSON, not valid for ``model``, or names
+                another session than the path.
         """
+        if path_session_id is not None:
+            path_session_id = identifier(path_session_id, message, "path")
         # The guard is read from the runtime on every request: one limit, configured once.
         cap = self.runtime.max_result_bytes * REQUEST_BODY_CAP_FACTOR
         raw = await read_body(request, cap, message=message, route=operation)
-        parsed: Any = None
-        parse_error: str | None = None
         try:
             parsed = parse_json(raw)
         except ValueError as exc:
-            parse_error = str(exc)
-        session_id = path_session_id
-        if session_id is None and isinstance(parsed, dict):
-            named = parsed.get(session_key)
-            session_id = named if isinstance(named, str) else None
-        set_request_context(request, session_id, parsed)
-        await run_authenticate(self.authenticate, request, operation)
-        await enforce_tenant(self.runtime, request, session_id)
-        if parse_error is not None:
+            await self._authorize(request, operation, path_session_id, None)
             details: dict[str, Any] = {"cause": "json"}
             if self.verbose:
-                details["details"] = parse_error
+                details["details"] = str(exc)
             invalid = RequestValidationError(message, **details)
-            invalid.add_note(parse_error)  # the server's log says why (server.bad_request)
-            raise invalid
-        return _validate(model, parsed, message=message, verbose=self.verbose)
+            invalid.add_note(str(exc))  # the server's log says why (server.bad_request)
+            raise invalid from None
+        try:
+            checked = _validate(model, parsed, message=message, verbose=self.verbose)
+        except RequestValidationError:
+            named: list[str | None] = [path_session_id] if path_session_id else []
+            for session_id in named or [*named_sessions(model, parsed)] or [None]:
+                await self._authorize(request, operation, session_id, parsed)
+            raise
+        declared = getattr(checked, session_field(model))
+        session_id = declared if path_session_id is None else path_session_id
+        await self._authorize(request, operation, session_id, parsed)
+        if declared is not None and declared != session_id:
+            raise RequestValidationError(message, cause="session_mismatch")
+        return Authorized(checked, session_id)
 
-    async def query(self, request: Request, operation: str, session_id: str) -> None:
-        """Authenticate a request without a body (the session is in the query or path)."""
-        set_request_context(request, session_id, None)
+    async def query(self, request: Request, operation: str, session_id: str | None) -> None:
+        """Authorize a request without a body: the session is its validated query or path
+        parameter (``None``: it names none, as the unfiltered inbox)."""
+        await self._authorize(request, operation, session_id, None)
+
+    async def _authorize(
+        self, request: Request, operation: str, session_id: str | None, body: Any
+    ) -> None:
+        """The hook, then the tenant wall, both on ``session_id``."""
+        set_request_context(request, session_id, body)
         await run_authenticate(self.authenticate, request, operation)
         await enforce_tenant(self.runtime, request, session_id)
 

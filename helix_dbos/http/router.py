@@ -35,7 +35,7 @@ from .openapi import (
     event_stream_doc,
     raw_json_body_doc,
 )
-from .pipeline import RouteContext, SessionIdQuery, configure_router, identifier
+from .pipeline import RouteContext, SessionIdQuery, configure_router
 from .schemas import (
     ChatSubmitToolResultRequest,
     CheckpointsResponse,
@@ -62,23 +62,11 @@ MAX_SEQUENCE = 2**53
 async def _submit(api: RouteContext, request: Request, path_session_id: str | None) -> Response:
     """``/submit-tool-result`` and its chat-path twin: one answer, its typed outcome."""
     message = VALIDATION_ERROR_MESSAGE
-    if path_session_id is None:
-        body: SubmitToolResultRequest = await api.body(
-            request, SubmitToolResultRequest, "submit-tool-result", message=message
-        )
-        session_id = body.session_id
-    else:
-        body = await api.body(
-            request,
-            ChatSubmitToolResultRequest,
-            "submit-tool-result",
-            message=message,
-            path_session_id=path_session_id,
-        )
-        session_id = identifier(path_session_id, message, "path")
-        if body.session_id is not None and body.session_id != session_id:
-            raise RequestValidationError(message, cause="session_mismatch")
-    (answer,) = await api.submit([body.submission(session_id)], message=message)
+    model = SubmitToolResultRequest if path_session_id is None else ChatSubmitToolResultRequest
+    checked = await api.body(
+        request, model, "submit-tool-result", message=message, path_session_id=path_session_id
+    )
+    (answer,) = await api.submit([checked.body.submission(checked.session)], message=message)
     out = answer.dump()
     if answer.status == "unknown_tool_call":
         out.update(
@@ -191,8 +179,9 @@ def _add_turn_routes(
         openapi_extra={**raw_json_body_doc(StartRequest), **CREATES_SESSION_DOC},
     )
     async def start(request: Request) -> Response:
-        body = await api.body(request, StartRequest, "start")
-        handle = await api.start(request, body.agent_type, body.message, body.session_id)
+        checked = await api.body(request, StartRequest, "start")
+        body = checked.body
+        handle = await api.start(request, body.agent_type, body.message, checked.session_id)
         out = handle.dump()
         if token_issuer is not None:
             out["token"] = token_issuer(handle.session_id)
@@ -214,9 +203,10 @@ def _add_turn_routes(
         openapi_extra=raw_json_body_doc(ResumeRequest),
     )
     async def resume(request: Request) -> Response:
-        body = await api.body(request, ResumeRequest, "resume")
+        checked = await api.body(request, ResumeRequest, "resume")
+        body, session_id = checked.body, checked.session
         handle = await runtime.resume(
-            body.session_id, body.mode, body.message, body.abandon_pending, body.checkpoint_id
+            session_id, body.mode, body.message, body.abandon_pending, body.checkpoint_id
         )
         return JSONResponse(handle.dump())
 
@@ -246,8 +236,9 @@ def _add_retry_routes(router: APIRouter, api: RouteContext) -> None:
         openapi_extra=raw_json_body_doc(RetryRequest),
     )
     async def retry(request: Request) -> Response:
-        body = await api.body(request, RetryRequest, "retry")
-        handle = await runtime.retry(body.session_id, body.message, body.checkpoint_id)
+        checked = await api.body(request, RetryRequest, "retry")
+        body = checked.body
+        handle = await runtime.retry(checked.session, body.message, body.checkpoint_id)
         return JSONResponse(handle.dump())
 
     @router.get(
@@ -329,8 +320,8 @@ def _add_control_routes(router: APIRouter, api: RouteContext) -> None:
         openapi_extra=raw_json_body_doc(ControlRequest),
     )
     async def interrupt(request: Request) -> Response:
-        body = await api.body(request, ControlRequest, "interrupt")
-        state = await runtime.interrupt(body.session_id)
+        checked = await api.body(request, ControlRequest, "interrupt")
+        state = await runtime.interrupt(checked.session)
         return JSONResponse(
             {"sessionId": state.session_id, "status": state.status, "runId": state.run_id}
         )
@@ -343,8 +334,8 @@ def _add_control_routes(router: APIRouter, api: RouteContext) -> None:
         openapi_extra=raw_json_body_doc(ControlRequest),
     )
     async def abort(request: Request) -> Response:
-        body = await api.body(request, ControlRequest, "abort")
-        state = await runtime.abort(body.session_id, body.reason)
+        checked = await api.body(request, ControlRequest, "abort")
+        state = await runtime.abort(checked.session, checked.body.reason)
         return JSONResponse(
             {"sessionId": state.session_id, "status": state.status, "runId": state.run_id}
         )

@@ -7,7 +7,7 @@ validated against these models, so every refusal is a typed error body.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
@@ -79,6 +79,8 @@ class _Response(BaseModel):
 class StartRequest(_Request):
     """``POST /start``: a new session, or the next turn of an ended session."""
 
+    session_field: ClassVar[str] = "session_id"
+
     agent_type: Identifier
     """The registered agent to run."""
     message: Text
@@ -89,6 +91,8 @@ class StartRequest(_Request):
 
 class ResumeRequest(_Request):
     """``POST /resume``: continue a parked session, or deliver a new message over it."""
+
+    session_field: ClassVar[str] = "session_id"
 
     # The document describes one arm per mode (what the validator below enforces).
     model_config = ConfigDict(json_schema_extra=resume_variants)
@@ -119,6 +123,8 @@ class ResumeRequest(_Request):
 
 class RetryRequest(_Request):
     """``POST /retry``: re-run a failed or interrupted turn (rules: docs/lifecycle.md)."""
+
+    session_field: ClassVar[str] = "session_id"
 
     session_id: Identifier
     message: Text | None = None
@@ -151,6 +157,8 @@ class CheckpointsResponse(_Response):
 class ControlRequest(_Request):
     """``POST /interrupt`` and ``POST /abort``."""
 
+    session_field: ClassVar[str] = "session_id"
+
     session_id: Identifier
     reason: Annotated[str, StringConstraints(max_length=2000, pattern=NO_NUL_PATTERN)] | None = None
     """For an abort: recorded in the session's error (``framework_cancelled``)."""
@@ -165,6 +173,8 @@ class SubmitToolResultRequest(_Request):
     ``reason``, ``editedInput`` (approved arguments that replace the model's) and ``input``
     (the arguments the human was shown; the approval is refused if they are not the call's).
     """
+
+    session_field: ClassVar[str] = "session_id"
 
     # The document describes one arm per kind (what the validator below enforces).
     model_config = ConfigDict(json_schema_extra=submit_variants)

@@ -26,6 +26,7 @@ import re
 import sys
 import time
 from typing import Any, TextIO
+from urllib.parse import unquote_plus
 
 from ..errors import ConfigError
 
@@ -79,9 +80,10 @@ class StoppedTurnFilter(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
-#: Query parameters whose value is a credential, by name (any case, any prefix: access_token).
+#: Query parameters whose value is a credential, by their DECODED name (any case, any prefix:
+#: access_token).
 _SECRET_NAME = re.compile(
-    r"token|secret|passw|api[-_]?key|signature|^auth(orization)?$|^sig$", re.IGNORECASE
+    r"token|secret|passw|api[-_]?key|signature|^auth(orization)?$|^sig$|^key$", re.IGNORECASE
 )
 #: A value shaped like a signed token: a session token (``payload.signature``) or a JWT.
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}(\.[A-Za-z0-9_-]+)?")
@@ -97,7 +99,10 @@ def mask_query_secrets(text: str) -> str:
 
     def mask(match: re.Match[str]) -> str:
         name, value = match["name"], match["value"]
-        if not value or not (_SECRET_NAME.search(name) or _TOKEN_SHAPE.fullmatch(value)):
+        # The server reads names and values percent-decoded (``%74oken`` is ``token``, ``+``
+        # a space), so the mask judges what the server reads, not the bytes on the wire.
+        secret_name = _SECRET_NAME.search(unquote_plus(name).strip())
+        if not value or not (secret_name or _TOKEN_SHAPE.fullmatch(unquote_plus(value))):
             return match[0]
         return f"{match['sep']}{name}={MASK}"
 

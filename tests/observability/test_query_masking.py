@@ -30,6 +30,16 @@ TOKEN = "eyJzaWQiOiJzZXNfMSIsImV4cCI6MX0.Mw_aK1r-Y-vti8qQE_ZsLOQ-092pKdRWlARTMao
         (f"/status?sessionId=ses_1&x={TOKEN}", "/status?sessionId=ses_1&x=***"),
         ("/status?sessionId=ses_1&author=bob&token=", "/status?sessionId=ses_1&author=bob&token="),
         ("/chat/c1/stream?token=abc#frag", "/chat/c1/stream?token=***#frag"),
+        # The server decodes names: a percent-encoded credential is one all the same.
+        ("/sse?sessionId=ses_1&%74oken=abc", "/sse?sessionId=ses_1&%74oken=***"),
+        ("/sse?%54OKEN=abc&access%5Ftoken=d", "/sse?%54OKEN=***&access%5Ftoken=***"),
+        ("/x?api%5fkey=a&KEY=b&Secret=c&ke%79=d", "/x?api%5fkey=***&KEY=***&Secret=***&ke%79=***"),
+        # Repeated keys: every occurrence, whichever one the server reads.
+        ("/sse?token=a&token=b&Token=c", "/sse?token=***&token=***&Token=***"),
+        ("/sse?sessionId=ses_1&token+=abc", "/sse?sessionId=ses_1&token+=***"),
+        # An encoded value of a token's shape under an innocent name.
+        (f"/x?v={TOKEN.replace('.', '%2E')}", "/x?v=***"),
+        ("/x?monkey=banana&keyboard=qwerty", "/x?monkey=banana&keyboard=qwerty"),
         ("/openapi.json", "/openapi.json"),
         ("token=abc outside a query", "token=abc outside a query"),
     ],

@@ -45,15 +45,19 @@ def test_text_log_masks_the_token_and_starts_with_one_line_of_facts(tmp_path: Pa
         # Under another name, or any name with a token's shape: masked too.
         client.get("/status", params={"sessionId": sid, "access_token": "opaque"})
         client.get("/status", params={"sessionId": sid, "x": token})
+        # The name percent-encoded: the server reads ``token`` (accepted), the log masks it.
+        encoded = client.get(f"/status?sessionId={sid}&%74oken={token}")
+        assert encoded.status_code == 200, encoded.text
         invalid = client.post("/start", json={"agentType": "editor"})
         assert invalid.status_code == 400
     lines = served.lines
     payload = token.split(".")[0]
     assert not [line for line in lines if payload in line], served.stderr
     access = [line for line in lines if "uvicorn.access" in line and "/status?" in line]
-    assert len(access) == 3, served.stderr
+    assert len(access) == 4, served.stderr
     assert "&token=***" in access[0] and "access_token=***" in access[1]
     assert "x=***" in access[2] and "opaque" not in served.stderr
+    assert "&%74oken=***" in access[3]
 
     (line,) = [line for line in lines if " runtime.started " in line]
     fields = _fields(line)
@@ -65,8 +69,13 @@ def test_text_log_masks_the_token_and_starts_with_one_line_of_facts(tmp_path: Pa
     assert fields["executorId"] and fields["applicationVersion"] and fields["version"]
     assert fields["recovered"] == "0" and fields["adopted"] == "0"
 
-    (bad,) = [line for line in lines if " server.bad_request " in line]
-    assert "code=validation_error" in bad and "path=/start" in bad
+    # The two reads under undocumented query names are refused (one spelling per parameter),
+    # and their lines name the parameters, never the values.
+    refused = [line for line in lines if " server.bad_request " in line and "path=/status" in line]
+    assert len(refused) == 2 and all("cause=query" in line for line in refused)
+    assert "opaque" not in "".join(refused) and token not in "".join(refused)
+    (bad,) = [line for line in lines if " server.bad_request " in line and "path=/start" in line]
+    assert "code=validation_error" in bad
     assert "error" in _fields(bad) and "Field required" in bad
 
 
