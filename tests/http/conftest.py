@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,6 +64,26 @@ class HttpServer:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
         """Run a coroutine on the server's loop (where the runtime's connections live)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    @contextmanager
+    def serve_app(self, app: FastAPI) -> Iterator[str]:
+        """Serve another app over the suite's runtime, on its loop (its lifespan off: the
+        runtime already runs); its URL while the block runs."""
+        port = _free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
+        serving = asyncio.run_coroutine_threadsafe(server.serve(), self.loop)
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert not serving.done(), serving.result()
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            serving.result(30)
 
     def count_rows(self) -> dict[str, int]:
         """Rows in the session tables (a refused request must not change them)."""

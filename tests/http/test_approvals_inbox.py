@@ -9,22 +9,19 @@ another tenant's approvals; a principal sees its own sessions' approvals.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from ag_ui.core import RunAgentInput, UserMessage
 from fastapi import FastAPI
 from starlette.requests import Request
 
 from helix_dbos.http import SessionTokens, create_router, install_error_handlers
 
-from .conftest import SECRET, HttpServer, _free_port
+from .conftest import SECRET, HttpServer
 from .helpers import assert_typed, read_sse, wait_status
 
 #: The demo editor parks on a publishDocument approval straight away.
@@ -67,19 +64,8 @@ def tenancy(http_server: HttpServer) -> Iterator[str]:
         create_router(runtime, authenticate=TOKENS.authenticate, token_issuer=TOKENS.issue),
         prefix="/tokens",
     )
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.run_coroutine_threadsafe(server.serve(), http_server.loop)
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert not serving.done(), serving.result()
-        assert time.monotonic() < deadline, "the tenancy server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        serving.result(30)
+    with http_server.serve_app(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -6,16 +6,13 @@ same launched runtime (DBOS is one per process).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from helix_dbos.errors import ConfigError
@@ -23,7 +20,7 @@ from helix_dbos.http import install_error_handlers
 from helix_dbos.http.chat import create_chat_router, message_id_for
 from tests.support.ui_stream import read_chunks
 
-from .conftest import HttpServer, _free_port
+from .conftest import HttpServer
 from .helpers import assert_typed, wait_status
 
 EDITS = 'replace "teh" with "the" and replace "adress" with "address"'
@@ -52,21 +49,8 @@ def chat_url(http_server: HttpServer) -> Iterator[str]:
         ),
         prefix="/verbose",
     )
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    done = asyncio.run_coroutine_threadsafe(server.serve(), http_server.loop)
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert not done.done(), done.result()
-        assert time.monotonic() < deadline, "the chat server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        done.result(30)
+    with http_server.serve_app(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ or started: no runtime method runs, and the victim's rows are as they were.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Mount, Route
@@ -39,7 +37,7 @@ from helix_dbos.http import (
 )
 from helix_dbos.runtime import AgentRuntime
 
-from .conftest import HttpServer, _free_port
+from .conftest import HttpServer
 from .helpers import wait_status
 
 SECRET = "route-authorization-secret-0123456789abcdef"
@@ -202,19 +200,6 @@ class Walls:
     tokens: SessionTokens
 
 
-def _serve(app: FastAPI, http_server: HttpServer) -> tuple[str, uvicorn.Server, Any]:
-    port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    serving = asyncio.run_coroutine_threadsafe(server.serve(), http_server.loop)
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert not serving.done(), serving.result()
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    return f"http://127.0.0.1:{port}", server, serving
-
-
 @pytest.fixture(scope="module")
 def walls(http_server: HttpServer) -> Iterator[Walls]:
     runtime = http_server.runtime
@@ -232,14 +217,8 @@ def walls(http_server: HttpServer) -> Iterator[Walls]:
     hooked_app.include_router(
         create_chat_router(runtime, agent_type="editor", authenticate=tenant_hook)
     )
-    stock, stock_server, stock_serving = _serve(stock_app, http_server)
-    hooked, hooked_server, hooked_serving = _serve(hooked_app, http_server)
-    try:
+    with http_server.serve_app(stock_app) as stock, http_server.serve_app(hooked_app) as hooked:
         yield Walls(stock, hooked, stock_app, hooked_app, SessionTokens(SECRET))
-    finally:
-        for server, serving in ((stock_server, stock_serving), (hooked_server, hooked_serving)):
-            server.should_exit = True
-            serving.result(30)
 
 
 def test_every_route_is_classified(walls: Walls) -> None:
