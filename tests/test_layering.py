@@ -154,16 +154,16 @@ def test_the_static_check_sees_imports_in_functions() -> None:
     """The scan reads function-level and relative imports: the store's SQLAlchemy, the
     fleet's deferred DBOS import."""
     assert "sqlalchemy" in imports_of(PACKAGE / "store" / "sessions.py")
-    assert "dbos" in imports_of(PACKAGE / "runtime" / "fleet.py")
+    assert "dbos" in imports_of(PACKAGE / "runtime" / "operations" / "fleet.py")
 
 
 def test_a_forbidden_import_is_reported() -> None:
     """A runtime module importing SQLAlchemy inside a function, the store importing the
     runtime, or the runtime the HTTP layer: each breaks a rule (the check is not blind)."""
-    plan = PACKAGE / "runtime" / "plan.py"
+    plan = PACKAGE / "runtime" / "triage.py"
     deferred = plan.read_text() + "\n\ndef _x() -> None:\n    import sqlalchemy.exc\n"
     assert [str(b) for b in breaches(plan, deferred)] == [
-        "helix_dbos.runtime.plan (runtime) imports sqlalchemy"
+        "helix_dbos.runtime.triage (runtime) imports sqlalchemy"
     ]
     store = PACKAGE / "store" / "listing.py"
     upward = store.read_text() + "\nfrom ..runtime import names\n"
@@ -172,7 +172,7 @@ def test_a_forbidden_import_is_reported() -> None:
     ]
     upward = plan.read_text() + "\nfrom ..http.errors import error_response\n"
     assert [str(b) for b in breaches(plan, upward)] == [
-        "helix_dbos.runtime.plan (runtime) imports helix_dbos.http.errors (http)"
+        "helix_dbos.runtime.triage (runtime) imports helix_dbos.http.errors (http)"
     ]
 
 

@@ -7,8 +7,8 @@ Public: ``AgentRuntime`` and ``TurnHandle`` (also exported by ``helix_dbos``), `
 internal; see docs/public-api.md.
 """
 
-from .notifications import DeliveryOptions, Notification
-from .operator import Operator
-from .runtime import AgentRuntime, TurnHandle
+from .facade.operator import Operator
+from .facade.runtime import AgentRuntime, TurnHandle
+from .notifications.hooks import DeliveryOptions, Notification
 
 __all__ = ["AgentRuntime", "DeliveryOptions", "Notification", "Operator", "TurnHandle"]

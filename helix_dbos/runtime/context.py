@@ -16,7 +16,7 @@ from ..store.store import SessionStore
 from .handover import BatchJobs, Handovers
 
 if TYPE_CHECKING:
-    from .notifications import Notifications
+    from .notifications.hooks import Notifications
 
 __all__ = ["RuntimeContext", "current", "install", "uninstall", "workflow_task"]
 

@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 from ..core.messages import Message
 from ..core.session import SessionState
 from . import names
-from .plan import SUSPENDING_KINDS
 from .records import CommittedResults, FencedResult, PlanItem, ToolResult, TurnSummary
+from .triage import SUSPENDING_KINDS
 
 __all__ = [
     "BatchJobs",

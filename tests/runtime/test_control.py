@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime.control import (
+from helix_dbos.runtime.operations.control import (
     _awaits_sub_agents,
     _record_stop,
     _stash_on,

@@ -20,10 +20,10 @@ from helix_dbos.errors import (
     StoreUnavailableError,
 )
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import entering as entering_module
-from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
-from helix_dbos.runtime.turn import run_turn
+from helix_dbos.runtime.commits import opening as entry_module
+from helix_dbos.runtime.facade import starts as entering_module
+from helix_dbos.runtime.turn.workflow import run_turn
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime

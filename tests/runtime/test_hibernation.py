@@ -18,7 +18,8 @@ from helix_dbos.core import define_agent, define_tool
 from helix_dbos.errors import AgentAlreadyRunningError, AgentNotResumableError
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.observability import metrics
-from helix_dbos.runtime import keeper, names
+from helix_dbos.runtime import names
+from helix_dbos.runtime.hibernated import keeper
 from helix_dbos.testing import capture_log_events
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime

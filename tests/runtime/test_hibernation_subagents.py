@@ -17,8 +17,9 @@ from dbos import DBOS
 
 from helix_dbos.core import define_agent
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, hibernation, names
+from helix_dbos.runtime import AgentRuntime, names
 from helix_dbos.runtime.records import NEVER_DUE
+from helix_dbos.runtime.turn import hibernation
 from tests.runbook_sql import runbook_sql
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import (

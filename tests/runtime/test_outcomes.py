@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helix_dbos.runtime.once import FENCED
-from helix_dbos.runtime.outcomes import (
+from helix_dbos.runtime.commits.once import FENCED
+from helix_dbos.runtime.turn.outcomes import (
     Stopped,
     check_fence,
     completed,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from helix_dbos.core.session import CallKind
 from helix_dbos.runtime.records import ToolCallRef, ToolResult, TurnOutcome
-from helix_dbos.runtime.resolve import (
+from helix_dbos.runtime.turn.resolve import (
     _approval_answer,
     _client_answer,
     call_outcome,

@@ -16,7 +16,7 @@ from helix_dbos.errors import (
     PayloadTooLargeError,
     RequestValidationError,
 )
-from helix_dbos.runtime.submission import (
+from helix_dbos.runtime.submit.checks import (
     MISSING,
     Submission,
     check_shape,

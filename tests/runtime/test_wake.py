@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from helix_dbos.runtime import names, wake
+from helix_dbos.runtime import names
 from helix_dbos.runtime.records import TurnMessage
+from helix_dbos.runtime.turn import wake
 from helix_dbos.store import dbos_messages, pg
 from helix_dbos.store.schema import states
 from tests.psycopg_probe import record_task_statements
