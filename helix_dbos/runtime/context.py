@@ -2,23 +2,84 @@
 
 DBOS is a singleton per process, and workflow and step arguments are only names and JSON, so
 workflow code finds the agent registry and the store here.
+
+It also holds ``rooms``: what a room of the runtime offers the rooms below it (a workflow to
+start or feed, a hook at a turn's end). The room that defines each registers it when it is
+imported; a room below calls it through ``rooms``, never by importing the room above (the
+rooms' layers, pyproject.toml's import contracts). Importing ``helix_dbos.runtime`` imports
+every room, so each is registered before any workflow runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
 from ..store.store import SessionStore
 from .handover import BatchJobs, Handovers
 
-if TYPE_CHECKING:
-    from .notifications.hooks import Notifications
+__all__ = [
+    "Hooks",
+    "Rooms",
+    "RuntimeContext",
+    "current",
+    "install",
+    "rooms",
+    "uninstall",
+    "workflow_task",
+]
 
-__all__ = ["RuntimeContext", "current", "install", "uninstall", "workflow_task"]
+Door = Callable[..., Awaitable[Any]]
+
+
+def _unregistered(name: str) -> Door:
+    async def missing(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError(f"rooms.{name} is not registered: import helix_dbos.runtime first")
+
+    return missing
+
+
+class Hooks(Protocol):
+    """What a commit reads of the runtime's notification hooks
+    (``notifications.hooks.Notifications``)."""
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of event some hook wants."""
+        ...
+
+    def wake(self) -> None:
+        """Look for due events now."""
+        ...
+
+
+class Rooms:
+    """What the rooms above offer the rooms below, each registered by the module that
+    defines it (the one door between two rooms that may not import each other)."""
+
+    def __init__(self) -> None:
+        self.after_turn: Door = _unregistered("after_turn")
+        """``companions.wake_parent.after_turn(session_id, agent_type, outcome)``: at a turn's
+        end, in its workflow (a turn, a continuation, a persistent session's inbox)."""
+        self.run_companion_tool: Door = _unregistered("run_companion_tool")
+        """``companions.sends.run_companion_tool(...)``: a companion tool of a turn's batch."""
+        self.serve_inbox: Door = _unregistered("serve_inbox")
+        """``companions.persistent.serve_inbox(turn, run_id)``: a continued persistent turn goes
+        back to serving its inbox."""
+        self.deliver: Door = _unregistered("deliver")
+        """``companions.persistent.deliver(ctx, session_id, agent_type, message, run_id)``: a
+        message to a persistent session."""
+        self.stop_tree: Door = _unregistered("stop_tree")
+        """``operations.control.stop_tree(ctx, session_id, abort=..., reason=...)``: stop a
+        session and its sub-agents."""
+
+
+rooms = Rooms()
+"""The process's one ``Rooms``."""
 
 
 @dataclass
@@ -48,7 +109,7 @@ class RuntimeContext:
     fleet: Any = None
     """The runtime's ``Fleet``, when it runs one: a companion's send adopts the companion's
     workflow at once when its process is gone (as a message to a persistent session does)."""
-    notes: Notifications | None = None
+    notes: Hooks | None = None
     """The runtime's notification hooks (``notifications.py``): which events of parked calls
     the commits write to the outbox."""
 

@@ -22,7 +22,7 @@ from helix_dbos.errors import (
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import names, records
 from helix_dbos.runtime.commits import opening as entry_module
-from helix_dbos.runtime.facade import starts as entering_module
+from helix_dbos.runtime.facade import runtime as entering_module
 from helix_dbos.runtime.turn.workflow import run_turn
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent

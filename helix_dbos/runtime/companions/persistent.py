@@ -48,7 +48,7 @@ from ...store.connection import IntegrityError
 from ...store.store import NoChange, SessionStore, patience
 from .. import names, records
 from ..commits.opening import ACTIVE_STATUSES, open_turn
-from ..context import RuntimeContext, current, workflow_task
+from ..context import RuntimeContext, current, rooms, workflow_task
 from ..hibernated.continuation import continuation_of
 from ..turn.outcomes import stopped_outcome
 from ..turn.wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
@@ -430,3 +430,7 @@ def _set_mark(state: SessionState, workflow_id: str) -> None:
 
 def _no_change(value: Any) -> Any:
     raise NoChange(value)
+
+
+rooms.serve_inbox = serve_inbox
+rooms.deliver = deliver

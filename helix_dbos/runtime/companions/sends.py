@@ -39,7 +39,7 @@ from ...observability.log import log_event
 from ...store.store import Fenced, NoChange, guard
 from .. import names, records
 from ..commits.opening import ACTIVE_STATUSES
-from ..context import RuntimeContext, current
+from ..context import RuntimeContext, current, rooms
 from ..records import ServerToolResult
 from . import persistent
 
@@ -394,13 +394,11 @@ async def end_companion(ctx: RuntimeContext, sid: str, reason: str) -> bool:
     """End the companion ``sid`` for good: its running turn is stopped, its idle workflow's
     claim removed (it ends at its idle TTL), and later sends answer ``child_exited``.
     ``False`` if it never started."""
-    from ..operations.control import stop_tree
-
     state = await ctx.store.load(sid)
     if state is None:
         return False
     if state.status in ACTIVE_STATUSES:
-        await stop_tree(ctx, sid, abort=False, reason=reason)
+        await rooms.stop_tree(ctx, sid, abort=False, reason=reason)
 
     def end(states: dict[str, SessionState]) -> None:
         s = states[sid]
@@ -424,3 +422,6 @@ async def end_companions(ctx: RuntimeContext, session_id: str, reason: str) -> l
         if await end_companion(ctx, sid, reason):
             ended.append(sid)
     return ended
+
+
+rooms.run_companion_tool = run_companion_tool

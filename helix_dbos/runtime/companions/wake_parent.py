@@ -24,8 +24,9 @@ from ...observability.log import log_event
 from ...store.connection import IntegrityError
 from .. import names, records
 from ..commits.opening import ACTIVE_STATUSES, open_turn
-from ..context import current
+from ..context import current, rooms
 from ..records import TurnOutcome
+from ..turn.workflow import run_turn
 
 __all__ = ["after_reply", "after_turn", "wakes"]
 
@@ -77,10 +78,8 @@ async def _claim(session_id: str, agent_type: str, run: str) -> bool:
     """Claim the parent for ``run`` (no message) and start its turn; ``False`` if busy."""
     ctx = current()
     if ctx.registry.get(agent_type).persistent:
-        from .persistent import deliver  # it imports the turn, which imports this module
-
         try:
-            await deliver(ctx, session_id, agent_type, None, run)
+            await rooms.deliver(ctx, session_id, agent_type, None, run)
         except AgentAlreadyRunningError:
             return False
         return True
@@ -101,7 +100,6 @@ async def _claim(session_id: str, agent_type: str, run: str) -> bool:
 
 async def _start_turn(session_id: str, run: str, agent_type: str, root: str) -> None:
     """Start the woken turn's workflow (by id: once), a workflow of its own."""
-    from ..turn.workflow import run_turn
 
     async def start() -> Any:
         with SetWorkflowID(names.turn_workflow_id(session_id, run)):
@@ -111,3 +109,6 @@ async def _start_turn(session_id: str, run: str, agent_type: str, root: str) -> 
 
     # Not a child of the step's workflow (DBOS refuses a start in a step; it outlives it).
     await asyncio.create_task(start(), context=contextvars.Context())
+
+
+rooms.after_turn = after_turn

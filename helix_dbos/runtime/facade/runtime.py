@@ -1,14 +1,21 @@
 """``AgentRuntime``: the one entry point to start, submit, resume, interrupt and inspect turns.
 
-The work of its methods lives in modules of its own: the launch and the shutdown in
-``lifetime.py``, the entries in ``entering.py``, the reads in ``reads.py``.
+Its launch sequence (tables, DBOS, fleet, background tasks) and the shutdown that undoes it,
+leaving parked turns durable for the next process, are ``_launch`` and ``_shutdown``; its
+entries (claim a session for a new run, commit its entry and start its turn workflow: a new
+session's, an existing session's next turn, a persistent session's message) are ``_enter``;
+the reads are in ``reads.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
+
+from dbos import DBOS, DBOSClient, SetWorkflowID
 
 from ...config import HelixSettings
 from ...core.agents import Agent, AgentRegistry
@@ -17,28 +24,365 @@ from ...core.events import SessionEvent
 from ...core.messages import Message
 from ...core.owner import SessionOwner, checked_owner
 from ...core.session import Continuation, SessionState, SubmitAnswer, batch_of, unanswered
-from ...errors import AgentNotResumableError, RequestValidationError
-from ...observability.approval_metrics import ApprovalMetrics
+from ...errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
+from ...observability.approval_metrics import ApprovalMetrics, activate, deactivate
+from ...observability.log import log_event, set_service_name
 from ...store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage
+from ...store.connection import IntegrityError
+from ...store.migrate import head_revision, require_current_schema, upgrade
 from ...store.store import SessionStore
 from .. import context, names, records
+from ..commits.opening import open_turn
+from ..companions import persistent
 from ..companions.sends import end_companions
+from ..handover import EntryInputs
 from ..hibernated.keeper import DeadlineKeeper
+from ..notifications.dispatcher import Dispatcher
 from ..notifications.hooks import NotificationHooks, Notifications
 from ..operations import retry as lifecycle
 from ..operations.control import stash_entry, stop_tree, tree_of
 from ..operations.fleet import Fleet
-from ..operations.heal import Repair, heal
+from ..operations.heal import Repair, heal, heal_forever
 from ..submit.answer import MISSING, Submission, submit
-from . import launch as lifetime
+from ..turn.first_model_step import start_first_step
+from ..turn.workflow import run_turn
 from . import reads
-from . import starts as entering
 from .event_signals import EventSignals
-from .launch import RELEASE_WAIT_SECONDS as RELEASE_WAIT_SECONDS
-from .startup import StartupFacts
+from .startup import StartupFacts, count_recoverable, log_started, startup_facts
 from .turn_handle import TurnHandle
 
 __all__ = ["AgentRuntime", "TurnHandle"]
+
+RELEASE_WAIT_SECONDS = 5.0
+"""How long a shutdown waits for the workflow tasks it cancelled to unwind."""
+
+
+class _DropCancelledWarnings(logging.Filter):
+    """Drops DBOS's warning that a workflow's asyncio task was cancelled."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Asyncio task cancelled for workflow")
+
+
+@contextlib.contextmanager
+def _quiet_dbos_cancellations() -> Iterator[None]:
+    """Within the block, DBOS does not log each workflow task a shutdown cancels."""
+    dbos_logger, drop = logging.getLogger("dbos"), _DropCancelledWarnings()
+    dbos_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        dbos_logger.removeFilter(drop)
+
+
+def _dbos_config(s: HelixSettings) -> dict[str, Any]:
+    """The DBOS configuration: pinned executor id and version, our system database."""
+    urls = s.urls
+    config: dict[str, Any] = {
+        "name": s.app_name,
+        "system_database_url": urls.dbos,
+        "application_version": s.application_version,
+        "executor_id": s.executor_id,
+        "log_level": s.dbos_log_level,
+        "max_executor_threads": s.max_executor_threads,
+        # A role without DDL rights only verifies DBOS's schema (`dbos migrate` made it).
+        "run_migrations": s.run_migrations,
+    }
+    if urls.is_sqlite:
+        config["notification_listener_polling_interval_sec"] = s.sqlite_poll_seconds
+    else:
+        # No liveness round trip on every checkout of DBOS's pool: it was a fifth of a
+        # continuation's CPU. A connection a database restart dropped fails its statement
+        # instead; SQLAlchemy then drops the whole pool and DBOS retries the operation
+        # (``tests/faults``). ``extra_dbos_config`` may set other engine arguments.
+        config["db_engine_kwargs"] = {"pool_pre_ping": False, "pool_recycle": 1800}
+    config.update(s.extra_dbos_config)
+    return config
+
+
+async def _launch(rt: AgentRuntime) -> None:
+    """Migrate (or check) the session tables, launch DBOS, and recover parked turns."""
+    s = rt.settings
+    if s.run_migrations:
+        revision = await asyncio.to_thread(upgrade, s.database_url)
+    else:
+        await asyncio.to_thread(require_current_schema, s.database_url)
+        revision = head_revision()  # the check passed: the tables are at the head
+    if rt.service_name:
+        set_service_name(rt.service_name)
+    store = SessionStore.from_url(s.database_url, max_state_bytes=s.store_max_state_bytes)
+    store.on_events = rt.signals.wake
+    DBOS(config=rt.dbos_config())  # type: ignore[arg-type]
+    ctx = rt._ctx = context.RuntimeContext(
+        settings=s,
+        registry=rt.registry,
+        store=store,
+        scrubber=rt.scrubber,
+        client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
+        notes=rt.notifications,
+    )
+    fleet = rt.fleet = ctx.fleet = Fleet(s, store)
+    await fleet.register()
+    # Recovery at launch replays parked turns, which look the context up: install first.
+    context.install(ctx)
+    activate(rt.metrics)
+    recovering = await count_recoverable(store, s, fleet.schema)
+    DBOS.launch()
+    fleet.start()
+    reminders = any(t.remind_before is not None for a in rt.registry for t in a.tools)
+    rt.notifications.start(Dispatcher(store, rt.notifications), reminders=reminders)
+    # The first sweep adopts dead executors' turns: wait for it (a heartbeat at most) so
+    # the startup line says how many came back either way.
+    adopted = await fleet.first_sweep(s.heartbeat_seconds)
+    rt.startup = startup_facts(s, rt.registry, revision, recovering, adopted, rt.startup_fields)
+    log_started(rt.startup)
+    rt._keeper = DeadlineKeeper(ctx, s.deadline_keeper_seconds)
+    rt._keeper.start()
+    if s.heal_interval_seconds > 0:
+        rt._healing = asyncio.Event()
+        rt._healer = asyncio.create_task(
+            heal_forever(ctx, s.heal_interval_seconds, s.heal_grace_seconds, rt._healing)
+        )
+
+
+async def _shutdown(rt: AgentRuntime, grace_seconds: float) -> None:
+    """Stop the background tasks, let running turns reach a park, release the parked ones,
+    destroy DBOS and close the store."""
+    await _stop_background(rt)
+    if rt.fleet is not None:
+        await rt.fleet.pause()
+    await _drain(rt, grace_seconds)
+    if rt._ctx is not None:
+        await _release_workflows(rt._ctx)
+    await rt.signals.close()
+    DBOS.destroy(destroy_registry=False)
+    if rt.fleet is not None:
+        # After destroy: from here on our parked turns are adoptable at once.
+        await rt.fleet.stop()
+        rt.fleet = None
+    if rt._ctx is not None:
+        await rt._ctx.store.close()
+    context.uninstall()
+    deactivate(rt.metrics)
+    rt._ctx = None
+
+
+async def _stop_background(rt: AgentRuntime) -> None:
+    """Stop the reconciler, the deadline keeper and the notification dispatcher."""
+    if rt._healer is not None:
+        # The pass in progress finishes (a task cancelled mid-transaction could leave
+        # its connection holding a lock); a pass stuck on a dead database is cancelled.
+        rt._healing.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(rt._healer), timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            rt._healer.cancel()
+        rt._healer = None
+    if rt._keeper is not None:
+        await rt._keeper.stop()
+        rt._keeper = None
+    await rt.notifications.stop()
+
+
+async def _drain(rt: AgentRuntime, grace_seconds: float) -> None:
+    """Wait up to ``grace_seconds`` for this runtime's turns between steps (not parked) to
+    reach their next park or their end; then forget the finished ones."""
+    parked = rt._ctx.parked if rt._ctx is not None else set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_seconds
+    while loop.time() < deadline:
+        busy = [wid for wid, task in rt._started.items() if not task.done() and wid not in parked]
+        if not busy:
+            break
+        await asyncio.sleep(0.01)
+    rt._started = {w: t for w, t in rt._started.items() if not t.done()}
+
+
+async def _release_workflows(ctx: context.RuntimeContext) -> None:
+    """Cancel this runtime's workflow tasks still running after the drain (the parked).
+
+    Each stays ``PENDING`` in DBOS (a cancelled task records nothing) and recovers in the
+    next process of this executor, or is adopted. Left running, they would outlive the
+    event loop; the garbage collector then closes each coroutine mid-await, and its
+    error handling would run with no loop to run on (or, with another runtime launched
+    in this process since, against that runtime's store).
+    """
+    ctx.handovers.close_all()  # first steps of turns that never ran here
+    running = [task for task in ctx.workflows if not task.done()]
+    if running:
+        # DBOS warns once per cancelled workflow; a deploy with thousands parked says it
+        # once.
+        with _quiet_dbos_cancellations():
+            for task in running:
+                task.cancel()
+            _, unfinished = await asyncio.wait(running, timeout=RELEASE_WAIT_SECONDS)
+        log_event("runtime.workflows_released", count=len(running), unfinished=len(unfinished))
+    # After the turns, which let go of what they had taken (``BatchJobs.forget``).
+    await ctx.batch_jobs.close_all(RELEASE_WAIT_SECONDS)
+
+
+async def _enter(
+    rt: AgentRuntime,
+    session_id: str,
+    agent_type: str,
+    message: str | None,
+    *,
+    new: bool = False,
+    owner: SessionOwner | None = None,
+) -> TurnHandle:
+    """Claim the session for a new run, commit its entry and start its turn.
+
+    ``new``: the caller made the session id up (``start`` without one): see
+    ``_enter_new``. ``owner``: recorded if the session is created.
+    """
+    turn_id = records.new_run_id()
+    if rt.registry.get(agent_type).persistent:
+        return await _enter_persistent(rt, session_id, agent_type, message, turn_id, owner)
+    if new:
+        return await _enter_new(rt, session_id, agent_type, message, turn_id, owner)
+    entry = await _open(rt, session_id, agent_type, message, turn_id, new=False, owner=owner)
+    # The claim is committed; a crash before the workflow below starts leaves it without a
+    # workflow, and the reconciler (``heal``) starts that workflow under the same id. The
+    # workflow starts only now: a refused claim (the session is busy) leaves none behind.
+    # The first model step starts from the entry alongside DBOS's start, as in
+    # ``_enter_new``.
+    state = entry.state
+    workflow_id = names.turn_workflow_id(session_id, turn_id)
+    rt.ctx.handovers.open(workflow_id).set_result(
+        start_first_step(
+            workflow_id, session_id, turn_id, state.agent_type, state.root_session_id, entry
+        )
+    )
+    try:
+        workflow = await _start_turn(
+            workflow_id, session_id, turn_id, state.agent_type, state.root_session_id
+        )
+    except BaseException:
+        rt.ctx.handovers.close(workflow_id)  # stops the first step too
+        raise
+    rt._remember(workflow_id, workflow)
+    return TurnHandle(session_id, turn_id, workflow_id, workflow)
+
+
+async def _open(
+    rt: AgentRuntime,
+    session_id: str,
+    agent_type: str,
+    message: str | None,
+    turn_id: str,
+    *,
+    new: bool,
+    owner: SessionOwner | None = None,
+) -> EntryInputs:
+    """Commit the entry of ``turn_id`` (``entry.open_turn``)."""
+    try:
+        return await rt.store.transact(
+            lambda: open_turn(
+                rt.store,
+                session_id=session_id,
+                agent_type=agent_type,
+                turn_id=turn_id,
+                message=message,
+                new=new,
+                owner=owner,
+            )
+        )
+    except IntegrityError:
+        # Two starts raced to create the same new session: the other one won.
+        raise AgentAlreadyRunningError(
+            f"Session {session_id!r} already has a turn running", sessionId=session_id
+        ) from None
+
+
+async def _enter_new(
+    rt: AgentRuntime,
+    session_id: str,
+    agent_type: str,
+    message: str | None,
+    turn_id: str,
+    owner: SessionOwner | None = None,
+) -> TurnHandle:
+    """A new session's first turn: its entry commits while DBOS starts its workflow.
+
+    Each one's round trips overlap the other's. Once the entry has committed, the turn's
+    first model step starts from it, still alongside DBOS's start, and the turn takes
+    the running step (``handover.py``). A crash between them is repaired either way: a
+    claim without its workflow is started by the reconciler (``heal``), and its turn
+    finds the first step's answer recorded, or runs the step; a workflow without its
+    entry finds no session and ends, writing nothing.
+    """
+    workflow_id = names.turn_workflow_id(session_id, turn_id)
+    handover = rt.ctx.handovers.open(workflow_id)
+    starting = asyncio.ensure_future(
+        _start_turn(workflow_id, session_id, turn_id, agent_type, session_id)
+    )
+    try:
+        entry = await _open(rt, session_id, agent_type, message, turn_id, new=True, owner=owner)
+    except BaseException:
+        handover.set_result(None)  # the turn ends at once
+        # Not awaited: with the database down, DBOS's start waits for it to come back,
+        # and the caller must get the entry's error now.
+        starting.add_done_callback(lambda done: _started_without_entry(rt, workflow_id, done))
+        raise
+    handover.set_result(
+        start_first_step(workflow_id, session_id, turn_id, agent_type, session_id, entry)
+    )
+    try:
+        workflow = await starting
+    except BaseException:
+        rt.ctx.handovers.close(workflow_id)  # stops the first step too
+        raise
+    rt._remember(workflow_id, workflow)
+    return TurnHandle(session_id, turn_id, workflow_id, workflow)
+
+
+def _started_without_entry(
+    rt: AgentRuntime, workflow_id: str, starting: asyncio.Future[Any]
+) -> None:
+    """A turn started for an entry that failed (it ends at once when it runs): kept for
+    the shutdown's grace wait like any turn; a start that failed is only logged."""
+    if not starting.cancelled() and starting.exception() is None:
+        rt._remember(workflow_id, starting.result())
+        return
+    rt.ctx.handovers.close(workflow_id)
+    error = "cancelled" if starting.cancelled() else type(starting.exception()).__name__
+    log_event("turn.start_failed", workflowId=workflow_id, error=error)
+
+
+async def _enter_persistent(
+    rt: AgentRuntime,
+    session_id: str,
+    agent_type: str,
+    message: str | None,
+    turn_id: str,
+    owner: SessionOwner | None = None,
+) -> TurnHandle:
+    """A persistent session's message: to its live workflow's inbox, or a new workflow."""
+    entered = await persistent.deliver(
+        rt.ctx, session_id, agent_type, message, turn_id, owner=owner
+    )
+    rt._remember(entered.workflow_id, entered.workflow)
+    if entered.delivery == "delivered" and rt.fleet is not None:
+        # The live workflow's process may be gone: adopt it now, not at the next sweep.
+        await rt.fleet.ensure_runner(session_id)
+    return TurnHandle(
+        session_id,
+        turn_id,
+        entered.workflow_id,
+        persistent.TurnResult(entered.workflow_id, turn_id, session_id),
+        delivery=entered.delivery,
+    )
+
+
+async def _start_turn(
+    workflow_id: str, session_id: str, turn_id: str, agent_type: str, root_session_id: str
+) -> Any:
+    """Start the turn workflow of a new run."""
+    with SetWorkflowID(workflow_id):
+        return await DBOS.start_workflow_async(
+            run_turn, session_id, turn_id, agent_type, root_session_id, layout=names.TURN_LAYOUT
+        )
+
 
 _TERMINAL = reads.TERMINAL
 _FIRST_SWEEP = 64
@@ -109,11 +453,11 @@ class AgentRuntime(NotificationHooks):
 
     def dbos_config(self) -> dict[str, Any]:
         """The DBOS configuration: pinned executor id and version, our system database."""
-        return lifetime.dbos_config(self.settings)
+        return _dbos_config(self.settings)
 
     async def launch(self) -> None:
         """Migrate (or check) the session tables, launch DBOS, and recover parked turns."""
-        await lifetime.launch(self)
+        await _launch(self)
 
     async def heal(self, grace_seconds: float | None = None) -> list[Repair]:
         """Run one reconciliation pass now (the background task runs them periodically)."""
@@ -126,7 +470,7 @@ class AgentRuntime(NotificationHooks):
         Turns that are between steps (not parked) get ``grace_seconds`` to reach their next
         park or their end, so a clean shutdown does not leave them to crash recovery.
         """
-        await lifetime.shutdown(self, grace_seconds)
+        await _shutdown(self, grace_seconds)
 
     def _remember(self, workflow_id: str, workflow: Any) -> None:
         """Keep a started workflow's in-process task for the shutdown's grace wait.
@@ -185,8 +529,8 @@ class AgentRuntime(NotificationHooks):
         owner: SessionOwner | None = None,
     ) -> TurnHandle:
         """Claim the session for a new run, commit its entry and start its turn
-        (``entering.enter``)."""
-        return await entering.enter(self, session_id, agent_type, message, new=new, owner=owner)
+        (``_enter``)."""
+        return await _enter(self, session_id, agent_type, message, new=new, owner=owner)
 
     async def resume(
         self,

@@ -35,8 +35,7 @@ from ...observability.log import log_event
 from ...store.store import patience
 from .. import names
 from ..commits.once import recorded
-from ..companions.wake_parent import after_turn
-from ..context import RuntimeContext, current, workflow_task
+from ..context import RuntimeContext, current, rooms, workflow_task
 from ..handover import ResumeRead
 from ..records import HibernationMark, HibernationRecord, TurnOutcome
 from ..turn.hibernation import child_ended, mark_of, waits_on_child
@@ -77,14 +76,12 @@ async def run_continuation(
             # Nothing hibernated on this batch (an id nobody should have started).
             return dict(stopped_outcome(run_id))
         if turn.agent.persistent:
-            # Imported here: persistent.py imports this module (its handles follow turns).
-            from ..companions.persistent import serve_inbox
-
-            return await serve_inbox(turn, run_id)
+            served: dict[str, Any] = await rooms.serve_inbox(turn, run_id)
+            return served
         outcome = await turn.run()
         if session_id != root_session_id and outcome["outcome"] != "hibernated":
             await _report_end(session_id, outcome)
-        await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
+        await rooms.after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
         return dict(outcome)
 
 

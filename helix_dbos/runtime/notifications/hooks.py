@@ -19,14 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ...errors import RequestValidationError
 from .outbox_rows import KINDS, NotificationKind
-
-if TYPE_CHECKING:
-    from ...store.store import SessionStore
-    from .dispatcher import Dispatcher
 
 __all__ = [
     "DeliveryOptions",
@@ -117,13 +113,23 @@ class DeliveryOptions:
         )
 
 
+class _Delivery(Protocol):
+    """What the hooks drive of their dispatcher (``dispatcher.Dispatcher``, built on them)."""
+
+    def start(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Notifications:
     """A runtime's hooks by kind, its delivery options, and its dispatcher while launched."""
 
     def __init__(self) -> None:
         self._hooks: dict[str, list[Hook]] = {kind: [] for kind in KINDS}
         self.options = DeliveryOptions()
-        self._dispatcher: Dispatcher | None = None
+        self._dispatcher: _Delivery | None = None
         self._reminders = False
 
     @property
@@ -180,12 +186,11 @@ class Notifications:
 
     # -- the dispatcher's life ----------------------------------------------------------------
 
-    def start(self, store: SessionStore, *, reminders: bool) -> None:
-        """At launch: run the dispatcher if there are hooks, or tools with reminders."""
-        from .dispatcher import Dispatcher
-
+    def start(self, dispatcher: _Delivery, *, reminders: bool) -> None:
+        """At launch: run ``dispatcher`` (built on this object) if there are hooks, or tools
+        with reminders."""
         self._reminders = reminders
-        self._dispatcher = Dispatcher(store, self)
+        self._dispatcher = dispatcher
         self._ensure_running()
 
     def _ensure_running(self) -> None:

@@ -18,7 +18,7 @@ from ...observability.log import log_event
 from ...store.store import NoChange, now_ms
 from .. import names, records
 from ..commits.opening import ACTIVE_STATUSES
-from ..context import RuntimeContext
+from ..context import RuntimeContext, rooms
 from ..hibernated.continuation import start_continuation
 from ..notifications import outbox_rows as notes
 from ..records import HIBERNATED_KEY, STASH_KEY, EntryStash
@@ -343,3 +343,6 @@ async def _continue_abandoned(
         return
     for tcid in to_wake:
         await _control(ctx, workflow_id, run_id, tcid, "abandon")
+
+
+rooms.stop_tree = stop_tree

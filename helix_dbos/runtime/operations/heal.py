@@ -49,11 +49,13 @@ from ...store.hibernated import touched_hibernated
 from ...store.store import NoChange, now_ms, patience
 from .. import names, records
 from ..commits.opening import ACTIVE_STATUSES
+from ..companions.persistent import start_persistent
 from ..context import RuntimeContext
 from ..hibernated.continuation import start_continuation
 from ..records import STASH_KEY, RepairRecord
 from ..submit.answer import wake_answered
 from ..turn.hibernation import continuation_id, mark_of, waits_on_child
+from ..turn.workflow import run_turn
 from .control import wake_stopped
 
 __all__ = ["Repair", "heal", "heal_forever"]
@@ -267,14 +269,10 @@ async def _claim(
 
 
 async def _start(ctx: RuntimeContext, state: SessionState) -> Repair | None:
-    from ..turn.workflow import run_turn
-
     if not await _claim(ctx, state, "started", None):
         return None
     assert state.run_id is not None and state.workflow_id is not None
     if state.workflow_id == names.persistent_workflow_id(state.session_id, state.run_id):
-        from ..companions.persistent import start_persistent
-
         await start_persistent(state, state.run_id, state.workflow_id)
         return Repair(state.session_id, state.workflow_id, None, "started")
     # The id is the claim's: if a workflow started meanwhile, DBOS returns that one.

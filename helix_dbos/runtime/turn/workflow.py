@@ -44,8 +44,7 @@ from ...errors import HelixError
 from ...observability.log import log_event
 from ...store.store import patience
 from .. import names
-from ..companions.wake_parent import after_turn
-from ..context import current, workflow_task
+from ..context import current, rooms, workflow_task
 from ..handover import EntryInputs, FirstStep, ParkedBatch, ResumeRead
 from ..records import (
     CHILD_ENDS_KEY,
@@ -94,7 +93,7 @@ async def run_turn(
     """
     with patience(None), workflow_task():
         outcome = await _Turn(session_id, turn_id, agent_type, root_session_id, layout).run()
-        await after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
+        await rooms.after_turn(session_id, agent_type, outcome)  # companion replies kept meanwhile
         return outcome
 
 
@@ -458,13 +457,12 @@ class _Turn:
         )
 
     async def _tool(self, item: PlanItem) -> ServerToolResult:
-        """A server tool's result, or a companion call's (``companions.py``, a step too)."""
+        """A server tool's result, or a companion call's (``companions.sends``, a step too)."""
         if item["kind"] == "server":
             return await run_server_tool(self.agent_type, item["toolName"], item["input"])
-        from ..companions.sends import run_companion_tool
-
         args = (self.session_id, self.run_id, self.root_session_id, self.agent_type)
-        return await run_companion_tool(*args, cast(dict[str, Any], item))
+        result: ServerToolResult = await rooms.run_companion_tool(*args, cast(dict[str, Any], item))
+        return result
 
     async def _resolve(
         self, item: PlanItem, entry: dict[str, Any] | None, abandon: bool
