@@ -26,7 +26,7 @@ from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
 from ..errors import ConfigError
 from ..llm.factory import infer_llm
 from ..observability.logging_config import LOG_LEVEL_ENV, EventFormatter, parse_level
-from ..runtime.facade.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router

@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from ..observability.approval_metrics import CONTENT_TYPE
-from ..runtime.facade.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from ..runtime.live_metrics import scrape
 from .auth import AuthHook, AuthResult, SessionTokens, run_authenticate
 from .errors import HelixRoute, install_error_handlers

@@ -99,7 +99,7 @@ class RuntimeContext:
     """Entries being committed, for the turns they start (``handover.py``)."""
     batch_jobs: BatchJobs = field(default_factory=BatchJobs)
     """Batches of client calls parked here, and the jobs submits started for them
-    (``batch_job.py``)."""
+    (``turn/batch_job.py``)."""
     messenger: Any = None
     """What sends wake-ups and cancels workflows: ``None`` is DBOS itself (a launched runtime);
     a process that runs no turns (the CLI) passes a ``dbos.DBOSClient``."""
@@ -110,7 +110,7 @@ class RuntimeContext:
     """The runtime's ``Fleet``, when it runs one: a companion's send adopts the companion's
     workflow at once when its process is gone (as a message to a persistent session does)."""
     notes: Hooks | None = None
-    """The runtime's notification hooks (``notifications.py``): which events of parked calls
+    """The runtime's notification hooks (``notifications/hooks.py``): which events of parked calls
     the commits write to the outbox."""
 
     def dbos(self) -> Any:

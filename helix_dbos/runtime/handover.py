@@ -20,7 +20,7 @@ The same holds between a woken turn's results commit and its next model step
 results commit swaps from those rows, and hands the next model step the row it committed and
 the conversation with the results appended. The next step reads nothing back.
 
-A batch's continuation (``batch_job.py``) is handed over the same way: a turn parked on a
+A batch's continuation (``turn/batch_job.py``) is handed over the same way: a turn parked on a
 batch of client calls publishes it here (``ParkedBatch``, a value), the submit that completes
 it starts the batch's job from that value while DBOS hands the turn its wake-up
 (``BatchJobs.start``), and the woken turn joins that job by its checkpoint slot instead of

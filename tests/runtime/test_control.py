@@ -1,4 +1,4 @@
-"""The pure parts of a stop and of a message stashed over pending calls (``control.py``): what
+"""The pure parts of a stop and of a message stashed over pending calls (``operations/control.py``): what
 a stop records on a tree's rows and counts, and when a new message may be stashed.
 
 The stop and the stash as a whole, on a real runtime, are in ``test_interrupt.py`` and

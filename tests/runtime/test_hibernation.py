@@ -1,6 +1,6 @@
 """Hibernation: a turn parked past its hot window ends its workflow; a submit, a new message
-or the batch's deadline continues it from the row (``runtime/hibernation.py``,
-``runtime/continuation.py``). On Postgres and SQLite.
+or the batch's deadline continues it from the row (``runtime/turn/hibernation.py``,
+``runtime/hibernated/continuation.py``). On Postgres and SQLite.
 
 Each duplicate or concurrent start of a continuation must start ONE workflow that runs each
 model step once and commits one result per call; a stop removes what would continue it.

@@ -1,4 +1,4 @@
-"""A sub-agent's turn hibernates, and its parent with it (``hibernation.py``, "A sub-agent's
+"""A sub-agent's turn hibernates, and its parent with it (``turn/hibernation.py``, "A sub-agent's
 turn hibernates like a root's"). On Postgres and SQLite.
 
 Invariants (ARCHITECTURE.md, rule 25): a parent waiting on a hibernated sub-agent holds no

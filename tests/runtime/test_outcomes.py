@@ -1,4 +1,4 @@
-"""A turn's outcomes and results as values (``runtime/outcomes.py``)."""
+"""A turn's outcomes and results as values (``runtime/turn/outcomes.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The retry's plan, step by step (``runtime/retry_plan.py``): pure, no database."""
+"""The retry's plan, step by step (``runtime/operations/retry_plan.py``): pure, no database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checks of a submit that need no write (``runtime/submission.py``): its shape and size
+"""The checks of a submit that need no write (``runtime/submit/checks.py``): its shape and size
 before anything is read, and its answer validated against the call it answers."""
 
 from __future__ import annotations

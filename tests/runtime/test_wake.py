@@ -75,7 +75,7 @@ def test_dbos_is_imported_through_its_public_api_only() -> None:
             hits = [n for n in names if n.startswith("dbos.") and n.split(".")[1].startswith("_")]
             if hits:
                 private.setdefault(str(path.relative_to(package)), []).extend(hits)
-    assert private == {"runtime/wake.py": ["dbos._dbos"]}
+    assert private == {"runtime/turn/wake.py": ["dbos._dbos"]}
 
 
 async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(

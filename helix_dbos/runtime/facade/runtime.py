@@ -4,7 +4,7 @@ Its launch sequence (tables, DBOS, fleet, background tasks) and the shutdown tha
 leaving parked turns durable for the next process, are ``_launch`` and ``_shutdown``; its
 entries (claim a session for a new run, commit its entry and start its turn workflow: a new
 session's, an existing session's next turn, a persistent session's message) are ``_enter``;
-the reads are in ``reads.py``.
+the reads are in ``facade/reads.py``.
 """
 
 from __future__ import annotations

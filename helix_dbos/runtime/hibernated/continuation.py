@@ -1,6 +1,6 @@
 """The continuation of a hibernated turn: one workflow, started from what the row records.
 
-A hibernated turn (``hibernation.py``) has no workflow. When its batch is complete (a submit
+A hibernated turn (``turn/hibernation.py``) has no workflow. When its batch is complete (a submit
 answered its last call), abandoned (a new message), or due (its deadlines lapsed, found by the
 deadline keeper), ``start_continuation`` starts ``helix.turn.continue`` under an id derived
 from the session and the batch's run (``names.continuation_workflow_id``): two submits, two

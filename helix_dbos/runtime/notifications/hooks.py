@@ -8,7 +8,7 @@ Register hooks on the runtime (``AgentRuntime`` mixes in ``NotificationHooks``):
         await mailer.send(note.key, f"{note.tool_name} waits for you")
 
 Each event is a row of the outbox (``store/outbox.py``), written by the commit that caused it
-(``notes.py``); the runtime's dispatcher (``dispatch.py``) calls the hooks and retries a hook
+(``notifications/outbox_rows.py``); the runtime's dispatcher (``notifications/dispatcher.py``) calls the hooks and retries a hook
 that raises, with backoff, until it returns. A hook may therefore be called more than once for
 one event (a crash after the hook ran, before the delivery was recorded): ``Notification.key``
 is the same every time, for the hook to drop a repeat. A hook never fails a turn: it runs apart

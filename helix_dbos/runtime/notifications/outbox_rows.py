@@ -8,7 +8,7 @@ kind and call, the same on every replay, and the idempotency key the hooks recei
 A kind is written only when the runtime has a hook for it (``hooked_kinds``): a deployment
 without hooks writes nothing. ``deadline_near`` is the exception: a tool with
 ``remind_before`` always gets its row, since the reminder is also a log line and a stream
-event (``dispatch.py``).
+event (``notifications/dispatcher.py``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ ended, marks the workflow     PENDING              none: a persistent session be
 as its live one                                    its workflow waiting on its inbox
 ============================  ===================  ==========================================
 
-A persistent session's workflow (``persistent.py``) is started, ended and cancelled by the
+A persistent session's workflow (``companions/persistent.py``) is started, ended and cancelled by the
 same rules; ending its session removes the mark, so the next message starts a new workflow.
 
 Only sessions untouched for ``grace_seconds`` are looked at (a start in flight is not a lost

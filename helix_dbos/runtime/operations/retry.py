@@ -7,7 +7,7 @@ nothing (ask again) or is recovered: the step is recorded and the turn goes on.
 
 The conversation is changed by ``_reshape``: the rows that leave are marked (kept for audit,
 see ``store/history.py``) and the rows that come back are re-appended as copies. What a retry
-leaves is planned by the pure steps of ``retry_plan.py``.
+leaves is planned by the pure steps of ``operations/retry_plan.py``.
 
 What a retry does (the rules the lifecycle page documents):
 

@@ -1,6 +1,6 @@
 """Planning a retry (pure): the conversation it leaves and what the new run starts from.
 
-The rules are those of ``lifecycle.py``'s docstring (2 to 6, and the checkpoint rule), one
+The rules are those of ``operations/retry.py``'s docstring (2 to 6, and the checkpoint rule), one
 named step each. Nothing here reads or writes the database: ``lifecycle.apply_lifecycle``
 loads the rows and the session, asks ``plan_retry`` and commits the ``Reshape`` it returns.
 """
@@ -193,7 +193,7 @@ def plan_retry(
     message: str | None,
     target: list[LogRow] | None,
 ) -> Reshape:
-    """The retry's new conversation (rules 2 to 6; see ``lifecycle.py``'s docstring).
+    """The retry's new conversation (rules 2 to 6; see ``operations/retry.py``'s docstring).
 
     ``target`` is the conversation at an explicit checkpoint, else ``None``.
 

@@ -268,7 +268,7 @@ class _StoreAndWake:
         assert verdict.owner is not None and verdict.entry is not None
         owner = saved[verdict.owner.session_id]
         tcid = self._sub.tool_call_id
-        # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
+        # The hooks' ``resolved`` event of this answer commits with it (``notifications/outbox_rows.py``).
         await notes.write(
             notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
         )

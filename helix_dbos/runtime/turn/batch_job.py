@@ -5,9 +5,9 @@ message, or no call waited at all), the turn goes on with one job (``continue_ba
 batch's results commit, then, if the turn goes on, its next model step, started from the row
 and the conversation that commit wrote. The job starts from a ``ParkedBatch``, a value: the
 step, its plan, the results known before the park and the running totals, which the turn
-holds as it parks (or its hibernation record holds, ``hibernation.py``), plus the session's
+holds as it parks (or its hibernation record holds, ``turn/hibernation.py``), plus the session's
 row and conversation as recorded. Both of its parts are exactly-once commits under the turn's
-checkpoint slots (``once.py``), so whoever runs the job, once or twice, commits each once.
+checkpoint slots (``commits/once.py``), so whoever runs the job, once or twice, commits each once.
 
 Three runners:
 
@@ -15,7 +15,7 @@ Three runners:
 * the submit that completes a batch of client calls of a turn parked in its process, at once,
   while DBOS is still handing the turn its wake-up (``BatchJobs.start``): the early
   continuation, which saves the wake-up's latency;
-* the continuation workflow of a hibernated turn (``continuation.py``), through the turn's
+* the continuation workflow of a hibernated turn (``hibernated/continuation.py``), through the turn's
   own ``_settle``.
 
 In one process a batch's job runs once: the turn publishes its batch as it parks

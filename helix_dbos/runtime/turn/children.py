@@ -2,7 +2,7 @@
 
 The child's session and run ids derive from the parent's session and the call
 (``names.child_session_id``, ``records.child_run_id``), so a replay of the parent re-attaches
-to the same child. Its entry is an exactly-once step of the parent (``entry.py``); its turn's
+to the same child. Its entry is an exactly-once step of the parent (``commits/opening.py``); its turn's
 outcome is the call's result (``resolve.child_result``).
 """
 

@@ -1,6 +1,6 @@
 """A turn's first model step, started as its entry commits, before its workflow runs.
 
-The entry of a new turn (``entry.py``) hands the step to the turn (``handover``): the same
+The entry of a new turn (``commits/opening.py``) hands the step to the turn (``handover``): the same
 code under the same checkpoint slot as the turn's own first step, so whichever runs it, the
 model is called and its answer committed once.
 """

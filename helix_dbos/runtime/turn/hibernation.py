@@ -10,7 +10,7 @@ stays ``suspended_client_tool`` with its pending calls, deadlines, ownership and
 
 From then on the row alone says how the turn goes on: a submit that completes the batch, a new
 message that abandons it, or the deadline keeper once the batch is due starts the
-continuation workflow (``continuation.py``), whose id is derived from the row, so that however
+continuation workflow (``hibernated/continuation.py``), whose id is derived from the row, so that however
 many of them start it, it runs once.
 
 The commit is exactly-once under its slot, and what it decided is recorded: a replay of the

@@ -376,7 +376,7 @@ async def _commit_model(
         new_events.append(event("turn_end", outcome="completed", text=response.text))
         after_commit(lambda: approval_metrics.record_turn("completed"))
     await ctx.store.append_events(session_id, run_id, new_events)
-    # The hooks' events of the parked calls, in this transaction (``notes.py``).
+    # The hooks' events of the parked calls, in this transaction (``notifications/outbox_rows.py``).
     await notes.write(notes.park_rows(session_id, root_session_id, plan, entries))
     return {"deadlines": {k: v.deadline_at for k, v in entries.items()}, "at": at}
 

@@ -3,7 +3,7 @@
 Each call has its own topic (its id), so answers arriving in any order are each taken once.
 The wait ends when every call has an answer or its deadline lapsed, or when a new message
 (``abandon``) or a stop says so; with a hot window, a wait that times out ends the park, and
-the turn's hibernate commit decides on the row (``hibernation.py``). While parked, the turn's
+the turn's hibernate commit decides on the row (``turn/hibernation.py``). While parked, the turn's
 batch is published for the submit that completes it (``batch_job``).
 """
 

@@ -1,8 +1,8 @@
 """The durable steps of a turn after its model call: server tools, reading a batch's answers,
 committing its results, and the turn's end (the model call and the commit of its answer are
-``model_step.py``).
+``turn/model_step.py``).
 
-Every step that writes session state is exactly-once (see ``once.py``).
+Every step that writes session state is exactly-once (see ``commits/once.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Replay and crash behaviour, at each await:
 
-* ``model_answer``: calls the model and commits its answer, exactly once (``once.py``); a
+* ``model_answer``: calls the model and commits its answer, exactly once (``commits/once.py``); a
   replay returns the recorded response, the provider is not called again.
 * ``commit_results`` / ``finish_turn``: exactly-once commits; a replay never writes twice.
 
@@ -11,7 +11,7 @@ These three are the workflow's own code, recorded by their checkpoints (layouts 
 is no longer replayed: it ends failed, typed and retryable (``_Turn._retired``). A turn's
 first model step may run before its workflow does
 (started by its entry), and a batch's results commit and the next model step may run while
-DBOS hands the turn its wake-up (the batch's job, ``batch_job.py``, started by the submit that
+DBOS hands the turn its wake-up (the batch's job, ``turn/batch_job.py``, started by the submit that
 completed the batch): the same code under the same slots, joined by the turn
 (``handover.py``).
 * ``DBOS.recv_async`` (parking): the deadline is absolute (recorded by DBOS's sleep step), so
@@ -151,7 +151,7 @@ class _Turn:
         sub-agent it waited on (then it runs the rest of the step's tools first)."""
         self.rebind: str | None = None
         """The workflow that continues this turn after it hibernated: its next results
-        commit names it on the session's row (``continuation.py``)."""
+        commit names it on the session's row (``hibernated/continuation.py``)."""
 
     async def run(self) -> TurnOutcome:
         """Run the turn: from its entry, or (``resume`` set) from a batch it hibernated on."""
