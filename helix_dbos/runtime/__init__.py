@@ -6,16 +6,15 @@ Public: ``AgentRuntime`` and ``TurnHandle`` (also exported by ``helix_dbos``), `
 ``precheck`` (what a submit carries, and the checks a host makes of every answer of a request
 before it submits any: the HTTP layer's door), and the durable contract in ``names`` and
 ``records`` (read it, never change it without a migration story). This module is the
-runtime's face: the layers above import from it, never from its rooms (``facade``,
-``operations``, ``companions``, ``submit``, ``hibernated``, ``turn``, ``notifications``,
-``commits``), which are internal; see ARCHITECTURE.md and docs/public-api.md.
+runtime's face: the HTTP layer imports from it, never from its rooms (the ``_`` packages and
+modules beside this one), which are internal; see ARCHITECTURE.md and docs/public-api.md.
 """
 
-from .facade.operator import Operator
-from .facade.runtime import AgentRuntime, TurnHandle
-from .notifications.hooks import DeliveryOptions, Notification
-from .submit.answer import precheck
-from .submit.checks import MISSING, Submission
+from ._facade.operator import Operator
+from ._facade.runtime import AgentRuntime, TurnHandle
+from ._notifications.hooks import DeliveryOptions, Notification
+from ._submit.answer import precheck
+from ._submit.checks import MISSING, Submission
 
 __all__ = [
     "MISSING",

@@ -14,10 +14,10 @@ from dbos import DBOS
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
-from helix_dbos.runtime.commits.opening import open_turn
-from helix_dbos.runtime.operations import control
-from helix_dbos.runtime.operations import heal as heal_module
-from helix_dbos.runtime.operations.heal import heal
+from helix_dbos.runtime._commits.opening import open_turn
+from helix_dbos.runtime._operations import control
+from helix_dbos.runtime._operations import heal as heal_module
+from helix_dbos.runtime._operations.heal import heal
 from helix_dbos.testing import capture_log_events
 from tests.support.asker import asker, parked, script
 

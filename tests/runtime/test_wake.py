@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 from helix_dbos.runtime import names
+from helix_dbos.runtime._turn import wake
 from helix_dbos.runtime.records import TurnMessage
-from helix_dbos.runtime.turn import wake
 from helix_dbos.store import dbos_messages, pg
 from helix_dbos.store.schema import states
 from tests.psycopg_probe import record_task_statements
@@ -75,7 +75,7 @@ def test_dbos_is_imported_through_its_public_api_only() -> None:
             hits = [n for n in names if n.startswith("dbos.") and n.split(".")[1].startswith("_")]
             if hits:
                 private.setdefault(str(path.relative_to(package)), []).extend(hits)
-    assert private == {"runtime/turn/wake.py": ["dbos._dbos"]}
+    assert private == {"runtime/_turn/wake.py": ["dbos._dbos"]}
 
 
 async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(
