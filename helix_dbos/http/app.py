@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from fastapi import APIRouter, FastAPI
 
-from .. import __version__
+from .._version import __version__
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
 from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ... import __version__
+from ..._version import __version__
 from ...config import HelixSettings, redact_url
 from ...core.agents import AgentRegistry
 from ...observability.log import log_event
