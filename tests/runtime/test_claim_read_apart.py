@@ -19,7 +19,7 @@ import pytest
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import names
 from helix_dbos.runtime._commits.opening import open_turn
-from helix_dbos.runtime._turn import result_steps as steps
+from helix_dbos.runtime._turn import steps
 from helix_dbos.runtime.records import PlanItem, ToolResult
 from helix_dbos.store.store import SessionStore
 from tests.runtime.conftest import MakeRuntime

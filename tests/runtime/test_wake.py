@@ -61,7 +61,7 @@ async def test_wake_local_finds_a_parked_recv(make_runtime: MakeRuntime) -> None
 
 def test_dbos_is_imported_through_its_public_api_only() -> None:
     """No module imports a private DBOS module, except the one read guarded above."""
-    package = Path(wake.__file__).resolve().parent.parent
+    package = Path(wake.__file__).resolve().parents[2]
     private: dict[str, list[str]] = {}
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -53,8 +53,7 @@ from .._hibernated.continuation import continuation_of
 from .._turn.outcomes import stopped_outcome
 from .._turn.wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 from .._turn.workflow import _Turn
-from . import replies as companion_replies
-from . import wake_parent as companion_wake
+from . import replies, wake_parent
 
 __all__ = [
     "Delivery",
@@ -104,8 +103,8 @@ async def serve_inbox(turn: _Turn, run_id: str) -> dict[str, Any]:
     while True:
         outcome = await turn.run()
         del turn  # the next turn's object replaces it; this frame lives between turns
-        await companion_replies.report(session_id, run_id, root_session_id, outcome)
-        await companion_wake.after_turn(session_id, agent_type, outcome)
+        await replies.report(session_id, run_id, root_session_id, outcome)
+        await wake_parent.after_turn(session_id, agent_type, outcome)
         # The turn's result, for its handle (``TurnResult``): the workflow's own outlives it.
         await DBOS.set_event_async(names.turn_outcome_event(run_id), outcome)
         turns += 1

@@ -40,7 +40,7 @@ from .._handover import EntryInputs
 from .._hibernated.keeper import DeadlineKeeper
 from .._notifications.dispatcher import Dispatcher
 from .._notifications.hooks import NotificationHooks, Notifications
-from .._operations import retry as lifecycle
+from .._operations import retry as retry_ops
 from .._operations.control import stash_entry, stop_tree, tree_of
 from .._operations.fleet import Fleet
 from .._operations.heal import Repair, heal, heal_forever
@@ -601,12 +601,12 @@ class AgentRuntime(NotificationHooks):
             run_id = names.next_run_id(run_id)
         return TurnHandle(root.session_id, run_id, root.workflow_id)
 
-    # -- retry, rewind, checkpoints (lifecycle.py) --------------------------------------------
+    # -- retry, rewind, checkpoints (retry.py) --------------------------------------------
 
     async def retry(
         self, session_id: str, message: str | None = None, checkpoint_id: str | None = None
     ) -> TurnHandle:
-        """Re-run a failed or interrupted turn as a new run (the rules: docs/lifecycle.md).
+        """Re-run a failed or interrupted turn as a new run (the rules: docs/retry.md).
 
         Raises:
             AgentAlreadyRunningError: a turn is running or parked: nothing to retry.
@@ -616,7 +616,7 @@ class AgentRuntime(NotificationHooks):
             SessionNotFoundError: no such session or checkpoint.
         """
         state = await self.store.get(session_id)
-        await lifecycle.precheck(state, "retry")
+        await retry_ops.precheck(state, "retry")
         return await self._lifecycle(session_id, "retry", message, checkpoint_id)
 
     async def rewind(self, session_id: str, checkpoint_id: str) -> TurnHandle:
@@ -632,22 +632,22 @@ class AgentRuntime(NotificationHooks):
             RequestValidationError: the checkpoint's batch calls sub-agents.
         """
         state = await self.store.get(session_id)
-        await lifecycle.require_checkpoint(session_id, checkpoint_id)
+        await retry_ops.require_checkpoint(session_id, checkpoint_id)
         if state.status == "suspended_client_tool":
             await self.interrupt(session_id)
             state = await self.store.get(session_id)
-        await lifecycle.precheck(state, "rewind")
+        await retry_ops.precheck(state, "rewind")
         return await self._lifecycle(session_id, "rewind", None, checkpoint_id)
 
     async def _lifecycle(
         self,
         session_id: str,
-        op: lifecycle.Op,
+        op: retry_ops.Op,
         message: str | None,
         checkpoint_id: str | None,
     ) -> TurnHandle:
         run_id = records.new_run_id()
-        workflow_id, workflow = await lifecycle.start_lifecycle(
+        workflow_id, workflow = await retry_ops.start_lifecycle(
             session_id, run_id, op, message, checkpoint_id
         )
         self._remember(workflow_id, workflow)
@@ -656,7 +656,7 @@ class AgentRuntime(NotificationHooks):
     async def checkpoints(self, session_id: str) -> list[dict[str, Any]]:
         """The session's checkpoints, newest first: ``{checkpointId, runId, step, createdAt,
         messageCount, kind}``; any one is a point ``rewind`` and ``retry`` can go back to."""
-        return await lifecycle.checkpoints_of(self.store, session_id)
+        return await retry_ops.checkpoints_of(self.store, session_id)
 
     async def submit_tool_result(
         self,

@@ -20,7 +20,7 @@ from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import RuntimeContext, rooms
 from .._hibernated.continuation import start_continuation
-from .._notifications import outbox_rows as notes
+from .._notifications import outbox_rows
 from .._turn.hibernation import child_ended, mark_of, waits_on_child
 from .._turn.outcomes import stopped_outcome
 from .._turn.wake import send_to_turn
@@ -82,7 +82,7 @@ async def stop_tree(
         rows = _stop_usage_rows(stopped, at)
         await ctx.store.record_usage(rows)
         cleared = [(state.session_id, entry) for state, entry in stopped]
-        await notes.write(notes.stop_rows(root_id, cleared, at), in_commit=False)
+        await outbox_rows.write(outbox_rows.stop_rows(root_id, cleared, at), in_commit=False)
         for sid in ended:
             await ctx.store.append_events(
                 sid,

@@ -55,9 +55,9 @@ from .. import names
 from .._commits.once import FENCED, exactly_once
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import current, workflow_task
-from .._notifications import outbox_rows as notes
+from .._notifications import outbox_rows
 from .._triage import plan_calls
-from .._turn.model_step import pending_entries, start_events
+from .._turn.steps import pending_entries, start_events
 from .._turn.workflow import _Turn
 from ..records import (
     STASH_KEY,
@@ -306,7 +306,9 @@ async def apply_lifecycle(
     if entries:
         new_events.append(event("suspended", toolCallIds=list(entries), reason="client_tool"))
     await ctx.store.append_events(session_id, run_id, new_events)
-    await notes.write(notes.park_rows(session_id, state.root_session_id, call_plan, entries))
+    await outbox_rows.write(
+        outbox_rows.park_rows(session_id, state.root_session_id, call_plan, entries)
+    )
     committed = _restored_step(agent, plan, call_plan, entries)
     return {"ended": plan.ended, "committed": committed, "agentType": state.agent_type}
 

@@ -1,7 +1,7 @@
 """Planning a retry (pure): the conversation it leaves and what the new run starts from.
 
 The rules are those of ``_operations/retry.py``'s docstring (2 to 6, and the checkpoint rule), one
-named step each. Nothing here reads or writes the database: ``lifecycle.apply_lifecycle``
+named step each. Nothing here reads or writes the database: ``retry.apply_lifecycle``
 loads the rows and the session, asks ``plan_retry`` and commits the ``Reshape`` it returns.
 """
 
@@ -18,7 +18,7 @@ from ...core.session import SessionState
 from ...errors import RequestValidationError
 from ...store.history import LogRow
 from .._turn.resolve import resolve_call
-from .._turn.result_steps import tool_result_message
+from .._turn.steps import tool_result_message
 from ..records import STASH_KEY, ToolCallRef
 
 __all__ = [

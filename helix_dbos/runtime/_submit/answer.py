@@ -31,7 +31,7 @@ from .. import names
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import RuntimeContext
 from .._hibernated.continuation import start_continuation
-from .._notifications import outbox_rows as notes
+from .._notifications import outbox_rows
 from .._turn.batch_job import continue_batch
 from .._turn.hibernation import mark_of, on_answer
 from .._turn.wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
@@ -269,8 +269,8 @@ class _StoreAndWake:
         owner = saved[verdict.owner.session_id]
         tcid = self._sub.tool_call_id
         # The hooks' ``resolved`` event of this answer commits with it (``_notifications/outbox_rows.py``).
-        await notes.write(
-            notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
+        await outbox_rows.write(
+            outbox_rows.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
         )
         sent = await self._wake(owner, verdict)
         return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)

@@ -1,6 +1,7 @@
-"""The turn and its steps: the turn workflow (``workflow``), its model step and the one its
-opening starts early (``model_step``, ``first_model_step``), the steps after the model call
-(``result_steps``, ``server_tool``, ``children``), its park on client calls and the wake-up
+"""The turn and its steps: the turn workflow (``workflow``), its steps (``steps``: the model
+step, then answer reads, the results commit and the end), the model step its opening starts
+early (``first_model_step``), a server tool's run and a sub-agent call (``server_tool``,
+``children``), its park on client calls and the wake-up
 that ends one (``park``, ``wake``), a batch continued by whoever runs it (``batch_job``), the
 hibernation that ends a workflow parked past its hot window (``hibernation``), and a turn's
 outcomes, failures and deltas as values (``outcomes``, ``failure``, ``deltas``, ``resolve``).

@@ -41,8 +41,7 @@ from .._commits.once import FENCED
 from .._context import current
 from .._handover import Continued, ParkedBatch, ReadLost, ResumeRead, Resumption, detached
 from ..records import FencedResult, ModelStepResult, PlanItem, ToolResult, TurnSummary, WokenAnswers
-from . import model_step
-from . import result_steps as steps
+from . import steps
 
 __all__ = ["continue_batch", "finishing", "wait_ms"]
 
@@ -90,7 +89,7 @@ async def continue_batch(
 
     async def next_step() -> ModelStepResult | FencedResult:
         with patience(None):
-            return await model_step.model_answer(
+            return await steps.model_answer(
                 names.turn_slot(batch.workflow_id, next_run, batch.step + 1, "model"),
                 batch.session_id,
                 batch.root_session_id,

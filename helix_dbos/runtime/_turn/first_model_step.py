@@ -11,8 +11,8 @@ from ...store.store import patience
 from .. import names
 from .._handover import EntryInputs, FirstStep, detached
 from ..records import FencedResult, ModelStepResult
-from .model_step import model_answer
 from .outcomes import new_summary
+from .steps import model_answer
 
 __all__ = ["start_first_step"]
 

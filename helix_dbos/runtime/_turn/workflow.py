@@ -59,12 +59,10 @@ from ..records import (
     TurnOutcome,
     WokenAnswers,
 )
-from . import hibernation
-from . import result_steps as steps
+from . import hibernation, steps
 from .batch_job import continue_batch, finishing, wait_ms
 from .children import run_child
 from .failure import failure_of, turn_error
-from .model_step import model_answer
 from .outcomes import (
     Ending,
     Stopped,
@@ -78,6 +76,7 @@ from .outcomes import (
 from .park import park
 from .resolve import child_result, resolve_call
 from .server_tool import run_server_tool
+from .steps import model_answer
 
 __all__ = ["run_turn"]
 
