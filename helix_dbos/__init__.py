@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .core import (
     RESERVED_TOOL_NAME_PREFIXES,
     Agent,
@@ -21,8 +22,6 @@ from .core import (
 )
 from .core.humanize import humanize_client_tool_error, set_client_tool_error_humanizer
 from .errors import ErrorCode, HelixError, is_client_tool_error_code, is_known_error_code
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .config import HelixSettings

@@ -143,11 +143,14 @@ EXPORTS: dict[str, list[str]] = {
         "session_token_auth",
     ],
     "helix_dbos.runtime": [
+        "MISSING",
         "AgentRuntime",
         "DeliveryOptions",
         "Notification",
         "Operator",
+        "Submission",
         "TurnHandle",
+        "precheck",
     ],
     "helix_dbos.testing": ["CapturedEvent", "ScriptedLLM", "call", "capture_log_events", "reply"],
     "helix_dbos.observability.logging_config": [

@@ -13,7 +13,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
 
 __all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS"]
 
@@ -84,7 +84,7 @@ def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_checkpoints(args: argparse.Namespace) -> int:
-    from ..runtime.lifecycle import checkpoints_of
+    from ..runtime._operations.retry import checkpoints_of
 
     async def work(operator: Operator) -> Any:
         return await checkpoints_of(operator.store, args.session)

@@ -19,14 +19,14 @@ from typing import Any, TypedDict
 
 from fastapi import APIRouter, FastAPI
 
-from .. import __version__
+from .._version import __version__
 from ..config import HelixSettings
 from ..core.agents import Agent, AgentRegistry
 from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
 from ..errors import ConfigError
 from ..llm.factory import infer_llm
 from ..observability.logging_config import LOG_LEVEL_ENV, EventFormatter, parse_level
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router

@@ -22,8 +22,8 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from ..observability.approval_metrics import CONTENT_TYPE
+from ..runtime import AgentRuntime
 from ..runtime.live_metrics import scrape
-from ..runtime.runtime import AgentRuntime
 from .auth import AuthHook, AuthResult, SessionTokens, run_authenticate
 from .errors import HelixRoute, install_error_handlers
 

@@ -35,8 +35,7 @@ from starlette.requests import Request
 from ..core.session import SubmitAnswer
 from ..errors import InvalidResultError, RequestValidationError
 from ..observability.log import set_service_name
-from ..runtime.runtime import AgentRuntime, TurnHandle
-from ..runtime.submit import Submission, precheck
+from ..runtime import AgentRuntime, Submission, TurnHandle, precheck
 from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
 from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, parse_json, read_body
 from .body import validate_body as _validate

@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from ..runtime.submit import MISSING, Submission
+from ..runtime import MISSING, Submission
 from .body_variants import (
     NO_NUL_PATTERN,
     chat_submit_variants,

@@ -1,7 +1,7 @@
 """The read model's facts: recent sessions, and everything about one session.
 
 ``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions, which only read,
-through an :class:`~helix_dbos.runtime.operator.Operator`: the session tables through the store,
+through an :class:`~helix_dbos.runtime._facade.operator.Operator`: the session tables through the store,
 and DBOS's status of each turn through DBOS's public client. No DBOS process is launched and
 nothing a running runtime owns is touched. Their JSON form is here; their text is ``render.py``.
 """
@@ -16,10 +16,10 @@ from typing import Any
 from ..core.clock import now_ms
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
-from ..runtime.companions import companion_views
-from ..runtime.fleet import adoption_history
-from ..runtime.hibernation import continuation_id, mark_of, waits_on_child
-from ..runtime.operator import Operator, WorkflowInfo
+from ..runtime._companions.sends import companion_views
+from ..runtime._facade.operator import Operator, WorkflowInfo
+from ..runtime._operations.fleet import adoption_history
+from ..runtime._turn.hibernation import continuation_id, mark_of, waits_on_child
 from .times import iso, iso_ms
 
 __all__ = [

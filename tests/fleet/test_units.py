@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime.fleet import Fleet, list_executors
-from helix_dbos.runtime.notify import EventSignals
+from helix_dbos.runtime._facade.event_signals import EventSignals
+from helix_dbos.runtime._operations.fleet import Fleet, list_executors
 from helix_dbos.store import fleet_tables
 from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import executors

@@ -16,7 +16,7 @@ from dbos import DBOS
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError, StaleStateError
 from helix_dbos.http.app import create_app
 from helix_dbos.observability.log import logger
-from helix_dbos.runtime import wake
+from helix_dbos.runtime._turn import wake
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_helpers import FlakySaves, events_named, one_event
 
