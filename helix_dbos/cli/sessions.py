@@ -15,12 +15,26 @@ from .operator import add_database_options, print_json, with_operator
 if TYPE_CHECKING:
     from ..runtime.operator import Operator
 
-__all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS"]
+__all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS", "SESSION_STATUSES"]
+
+#: The values of ``core.session.SessionStatus`` (spelled here: the CLI's top level imports no
+#: pydantic); ``--status`` refuses any other (exit 2).
+SESSION_STATUSES = (
+    "idle",
+    "running",
+    "suspended_client_tool",
+    "completed",
+    "failed",
+    "interrupted",
+)
 
 
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--status", help="only sessions with this status (e.g. suspended_client_tool)"
+        "--status",
+        choices=SESSION_STATUSES,
+        metavar="STATUS",
+        help=f"only sessions with this status: {', '.join(SESSION_STATUSES)}",
     )
     parser.add_argument("--agent", help="only sessions of this agent type")
     parser.add_argument(
