@@ -25,6 +25,7 @@ from ..core.agents import Agent, AgentRegistry
 from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
 from ..errors import ConfigError
 from ..llm.factory import infer_llm
+from ..observability.log import logging_configured
 from ..observability.logging_config import LOG_LEVEL_ENV, EventFormatter, parse_level
 from ..runtime.runtime import AgentRuntime
 from .api_docs import install_api_docs
@@ -76,7 +77,7 @@ def _print_events_unless_configured() -> Callable[[], None]:
     the events go to its handlers, at its levels.
     """
     log = logging.getLogger("helix_dbos")
-    if log.hasHandlers():
+    if logging_configured():
         return lambda: None
     handler = logging.StreamHandler()  # stderr
     handler.setFormatter(EventFormatter())
