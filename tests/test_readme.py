@@ -23,6 +23,10 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "completed"
+    # Its own file: run in the checkout, it never opens the demo's (and its parked turns).
+    assert "demo.sqlite" not in match.group(1)
+    assert (tmp_path / "example.sqlite").exists()
+    assert done.stderr == "", done.stderr  # nothing to warn about on a file of its own
 
 
 def test_readme_fastapi_app_serves_and_logs_a_turn(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ EVENT_LEVELS: dict[str, int] = {
     "server.unauthenticated": logging.WARNING,
     "fleet.adopted": logging.WARNING,
     "fleet.adoption_skipped": logging.WARNING,
+    "fleet.executor_restarted": logging.INFO,
     "fleet.forwarded": logging.WARNING,
     "fleet.turns_stranded": logging.ERROR,
     "fleet.turn_stranded": logging.ERROR,

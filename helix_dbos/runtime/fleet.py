@@ -245,10 +245,10 @@ class Fleet:
                 dialect, self.me, self.settings.adopt_after_seconds
             )
             if before is not None and before != (os.getpid(), socket.gethostname()):
-                # A restart with a stable id within the liveness window, or two processes
-                # configured with one id (which DBOS cannot tell apart): say so loudly.
+                # Two processes configured with one id (which DBOS cannot tell apart): say so
+                # loudly; a restart whose predecessor is gone from this host is only noted.
                 log_event(
-                    "fleet.executor_id_reused",
+                    fleet_tables.reuse_event(*before),
                     executorId=self.me,
                     previousPid=before[0],
                     previousHost=before[1],

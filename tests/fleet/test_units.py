@@ -4,6 +4,7 @@ executors table, and the submit that finds its turn's process dead."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -203,3 +204,28 @@ async def test_a_runtime_adopts_no_turn_of_an_agent_it_does_not_define(sqlite_ur
         assert {e.executor_id: e.adopted_by for e in found}["demo-exec"] == "editor-exec"
     finally:
         await editor.shutdown()
+
+
+def test_a_restart_on_this_host_is_not_a_reused_id() -> None:
+    """The id of an executor that looks live: its process gone from this host is a restart
+    (``scripts/demo`` run again after a kill: INFO); still running, or on another host, it
+    may be two processes with one id (WARNING)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from helix_dbos.observability.log import EVENT_LEVELS
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    here = socket.gethostname()
+    assert fleet_tables.reuse_event(int(gone.stdout), here) == "fleet.executor_restarted"
+    assert fleet_tables.reuse_event(os.getpid(), here) == "fleet.executor_id_reused"
+    assert fleet_tables.reuse_event(int(gone.stdout), "elsewhere") == "fleet.executor_id_reused"
+    assert fleet_tables.reuse_event(None, None) == "fleet.executor_id_reused"
+    assert EVENT_LEVELS["fleet.executor_restarted"] == logging.INFO
