@@ -64,3 +64,25 @@ def test_readme_lists_every_docs_page_once() -> None:
     assert sorted(listed) == sorted(set(listed)), "a page is listed twice"
     pages = sorted(p.relative_to(README.parent).as_posix() for p in README.parent.glob("docs/*.md"))
     assert sorted(listed) == pages
+
+
+def test_readme_fastapi_app_that_cannot_start_says_why_briefly(tmp_path: Path) -> None:
+    """A database that does not exist: the app's startup failure is one ``runtime.start_failed``
+    line and a few frames of uvicorn's, not the driver's forty-frame traceback."""
+    (tmp_path / "app.py").write_text(block_under(README, "Embedding in FastAPI"))
+    missing = "postgresql://postgres@127.0.0.1:5432/helix_missing_db_for_readme"
+    env = program_env(tmp_path, HELIX_DATABASE_URL=missing)
+    done = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.splitlines()
+    (failed,) = [line for line in lines if "runtime.start_failed" in line]
+    assert "helix_missing_db_for_readme" in failed and "does not exist" in failed
+    assert len(lines) < 30, done.stderr
+    assert "sqlalchemy" not in done.stderr and "psycopg/" not in done.stderr

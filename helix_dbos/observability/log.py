@@ -120,6 +120,7 @@ EVENT_LEVELS: dict[str, int] = {
     "turn.error_detail": logging.WARNING,
     "turn.model_retry": logging.WARNING,
     "turn.start_failed": logging.ERROR,
+    "runtime.start_failed": logging.ERROR,
     "turn.hibernated": logging.DEBUG,
     "turn.continuation_due": logging.INFO,
     "turn.continuation_start_failed": logging.WARNING,
