@@ -67,10 +67,11 @@ def test_readme_lists_every_docs_page_once() -> None:
 
 
 def test_readme_fastapi_app_that_cannot_start_says_why_briefly(tmp_path: Path) -> None:
-    """A database that does not exist: the app's startup failure is one ``runtime.start_failed``
-    line and a few frames of uvicorn's, not the driver's forty-frame traceback."""
+    """A database that cannot be opened (a SQLite file in a folder that does not exist): the
+    app's startup failure is one ``runtime.start_failed`` line and a few frames of uvicorn's,
+    not the driver's forty-frame traceback."""
     (tmp_path / "app.py").write_text(block_under(README, "Embedding in FastAPI"))
-    missing = "postgresql://postgres@127.0.0.1:5432/helix_missing_db_for_readme"
+    missing = f"sqlite:///{tmp_path / 'helix_missing_folder' / 'app.sqlite'}"
     env = program_env(tmp_path, HELIX_DATABASE_URL=missing)
     done = subprocess.run(
         [sys.executable, "-m", "uvicorn", "app:app", "--port", "0"],
@@ -83,6 +84,6 @@ def test_readme_fastapi_app_that_cannot_start_says_why_briefly(tmp_path: Path) -
     assert done.returncode != 0
     lines = done.stderr.splitlines()
     (failed,) = [line for line in lines if "runtime.start_failed" in line]
-    assert "helix_missing_db_for_readme" in failed and "does not exist" in failed
+    assert "helix_missing_folder" in failed and "unable to open database file" in failed
     assert len(lines) < 30, done.stderr
-    assert "sqlalchemy" not in done.stderr and "psycopg/" not in done.stderr
+    assert "sqlalchemy" not in done.stderr and "aiosqlite" not in done.stderr
