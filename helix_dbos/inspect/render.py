@@ -166,7 +166,7 @@ def _root_lines(report: SessionReport) -> list[str]:
     out.append(f"tombstones ({len(report.tombstones)})")
     for tcid, stone in sorted(report.tombstones.items(), key=lambda kv: kv[1].completed_at):
         out.append(
-            f"  {tcid}  {stone.outcome}  completed {iso_ms(stone.completed_at)}  "
+            f"  {tcid}  {report.tombstone_outcome(tcid)}  completed {iso_ms(stone.completed_at)}  "
             f"run={stone.run_id}  owner={stone.owner_session_id}"
         )
     return out

@@ -122,7 +122,7 @@ async def _launch(rt: AgentRuntime) -> None:
         client=DBOSClient(system_database_url=s.urls.dbos, lazy=True),
         notes=rt.notifications,
     )
-    fleet = rt.fleet = ctx.fleet = Fleet(s, store)
+    fleet = rt.fleet = ctx.fleet = Fleet(s, store, agents=[a.name for a in rt.registry])
     await fleet.register()
     # Recovery at launch replays parked turns, which look the context up: install first.
     context.install(ctx)

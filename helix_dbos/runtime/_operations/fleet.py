@@ -12,6 +12,8 @@ heartbeat:
   atomic dequeue gives each exactly one runner, rewrites its ``executor_id`` to that live
   process, and the turn replays to where it was parked. Each one is recorded in
   ``__agents_adoptions`` and logged (``fleet.adopted``).
+* **Only agents it runs.** A dead executor whose turns run an agent this process does not
+  define is left to one that does (``fleet.adoption_skipped``, once, names the agents).
 * **Moving forward.** PENDING turns of another application version that this contract replays
   (``forward_versions``) are relabelled to this version, in the same compare-and-swap
   transaction, once no live process of their version remains, then recovered the same way
@@ -209,11 +211,16 @@ class Fleet:
     Args:
         settings: the runtime's settings (executor id, version, timings).
         store: the session store (its engine reaches DBOS's tables too: one database).
+        agents: the agent types this process runs; ``None``: any (a fleet of one app).
     """
 
-    def __init__(self, settings: HelixSettings, store: SessionStore) -> None:
+    def __init__(
+        self, settings: HelixSettings, store: SessionStore, agents: Iterable[str] | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
+        self.agents = None if agents is None else frozenset(agents)
+        self._skipped_reported: dict[str, frozenset[str]] = {}
         self.me = settings.executor_id
         self.version = settings.application_version
         self.schema = str(settings.extra_dbos_config.get("dbos_system_schema", "dbos"))
@@ -238,10 +245,10 @@ class Fleet:
                 dialect, self.me, self.settings.adopt_after_seconds
             )
             if before is not None and before != (os.getpid(), socket.gethostname()):
-                # A restart with a stable id within the liveness window, or two processes
-                # configured with one id (which DBOS cannot tell apart): say so loudly.
+                # Two processes configured with one id (which DBOS cannot tell apart): say so
+                # loudly; a restart whose predecessor is gone from this host is only noted.
                 log_event(
-                    "fleet.executor_id_reused",
+                    fleet_tables.reuse_event(*before),
                     executorId=self.me,
                     previousPid=before[0],
                     previousHost=before[1],
@@ -356,6 +363,8 @@ class Fleet:
         DBOS; ``[]`` when another process won the claim (or it is not dead)."""
         from dbos import DBOS
 
+        if not await self._runs_every_agent_of(executor_id):
+            return []
         async with self.store.writing():
             won = await fleet_tables.claim(
                 self.dialect,
@@ -382,6 +391,27 @@ class Fleet:
                 workflowIds=ids[:20],
             )
         return ids
+
+    async def _runs_every_agent_of(self, executor: str) -> bool:
+        """Whether this process defines every agent whose turns ``executor`` left; if not,
+        ``fleet.adoption_skipped`` says which (once per executor and set of agents)."""
+        if self.agents is None:
+            return True
+        async with self.store.reading():
+            found = await dbos_tables.pending_agent_types(
+                self.dialect, self.schema, executor, _TURNS
+            )
+        undefined = frozenset(found - self.agents)
+        if undefined and self._skipped_reported.get(executor) != undefined:
+            self._skipped_reported[executor] = undefined
+            log_event(
+                "fleet.adoption_skipped",
+                executorId=self.me,
+                fromExecutor=executor,
+                agents=sorted(undefined),
+                hint="left for a process that defines these agents",
+            )
+        return not undefined
 
     async def _forward(self, version: str) -> list[str]:
         moved = await forward_stranded(
