@@ -131,7 +131,7 @@ class ResumeRequest(_Request):
     mode: Literal["continue", "with_message", "from_checkpoint"] = "continue"
     """``continue`` adopts the continuation of a complete batch; ``with_message`` sends
     ``message`` as the next user message; ``from_checkpoint`` rewinds to ``checkpointId``."""
-    message: Text | None = None
+    message: Message | None = None
     """Required with ``with_message``; refused with ``continue``."""
     abandon_pending: bool = False
     """With ``with_message``: answer every unanswered call ``client_tool_abandoned``."""
@@ -157,7 +157,7 @@ class RetryRequest(_Request):
     session_field: ClassVar[str] = "session_id"
 
     session_id: Identifier
-    message: Text | None = None
+    message: Message | None = None
     """Needed when the failed run committed steps; replaces its input otherwise."""
     checkpoint_id: Identifier | None = None
     """Retry from this checkpoint: the conversation as it was there, then the input after it."""

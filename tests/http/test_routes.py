@@ -56,6 +56,20 @@ def test_start_refuses_an_empty_or_blank_message_naming_the_field(client: httpx.
     client.post("/interrupt", json={"sessionId": out["sessionId"]})
 
 
+def test_resume_and_retry_refuse_a_blank_message_naming_the_field(client: httpx.Client) -> None:
+    """A new message delivered over a parked turn, or a retry's replacement input, is a user
+    message too: empty or whitespace-only is refused before anything is read."""
+    bodies = [
+        ("/resume", {"mode": "with_message"}),
+        ("/retry", {}),
+    ]
+    for route, rest in bodies:
+        for message in ("", "  \n"):
+            body = {"sessionId": "ses_missing", "message": message, **rest}
+            refused = assert_typed(client.post(route, json=body), 400, "validation_error")
+            assert refused["fields"] == [{"field": "message", "problem": "blank"}], route
+
+
 def test_start_continues_an_ended_session(client: httpx.Client) -> None:
     """/start with the sessionId of an ended session runs its next turn."""
     parked = start_parked(client)
