@@ -168,7 +168,6 @@ EXPORTS: dict[str, list[str]] = {
         "Operator",
         "Submission",
         "TurnHandle",
-        "precheck",
     ],
     "helix_dbos.testing": ["CapturedEvent", "ScriptedLLM", "call", "capture_log_events", "reply"],
     "helix_dbos.observability.logging_config": [

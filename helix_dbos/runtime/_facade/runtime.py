@@ -44,7 +44,7 @@ from .._operations import retry as retry_ops
 from .._operations.control import stash_entry, stop_tree, tree_of
 from .._operations.fleet import Fleet
 from .._operations.heal import Repair, heal, heal_forever
-from .._submit.answer import MISSING, Submission, submit
+from .._submit.answer import MISSING, Submission, precheck, submit
 from .._turn.first_model_step import start_first_step
 from .._turn.workflow import run_turn
 from . import reads
@@ -657,6 +657,15 @@ class AgentRuntime(NotificationHooks):
         """The session's checkpoints, newest first: ``{checkpointId, runId, step, createdAt,
         messageCount, kind}``; any one is a point ``rewind`` and ``retry`` can go back to."""
         return await retry_ops.checkpoints_of(self.store, session_id)
+
+    async def precheck_submit(self, sub: Submission) -> None:
+        """Check one answer of a request as ``submit_tool_result`` would, storing nothing: a
+        host with several answers in one request checks each before it stores any.
+
+        Raises:
+            the refusals of ``submit_tool_result``.
+        """
+        await precheck(self.ctx, sub)
 
     async def submit_tool_result(
         self,
