@@ -32,6 +32,7 @@ LAYERS: dict[str, tuple[int, frozenset[str]]] = {
     "llm": (1, frozenset()),
     "observability": (1, frozenset()),
     "kits": (2, frozenset()),  # demo.py, testing.py: the demo agents, the kit for users' tests
+    "mcp": (2, frozenset()),  # mcp/: an MCP server's tools as a toolset (the ``mcp`` SDK's client)
     "store": (3, frozenset({"sqlalchemy", "alembic", "psycopg", "aiosqlite"})),
     "runtime": (4, frozenset({"dbos"})),
     "http": (5, frozenset({"fastapi", "starlette"})),
@@ -81,6 +82,8 @@ def layer_of(module: str) -> str:
         return top
     if top in ("demo", "testing"):
         return "kits"
+    if top == "mcp":
+        return "mcp"
     if top in ("cli", "cli_database", "cli_approvals", "inspect", "loader", "_alembic_types"):
         return "app"
     raise AssertionError(f"{module} is in no layer: add it to test_layering.layer_of")

@@ -18,7 +18,14 @@ from .expiry import DefaultResult
 from .llm import LLM, LLMRequest, LLMResponse, ToolSchema, Usage
 from .messages import Message, ToolCall
 from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tombstone
-from .tools import RESERVED_TOOL_NAME_PREFIXES, Tool, define_tool
+from .tools import (
+    RESERVED_TOOL_NAME_PREFIXES,
+    Tool,
+    ToolFailure,
+    Toolset,
+    call_key,
+    define_tool,
+)
 
 __all__ = [
     "COMPANION_NOT_DELIVERED_REASONS",
@@ -41,9 +48,12 @@ __all__ = [
     "Tombstone",
     "Tool",
     "ToolCall",
+    "ToolFailure",
     "ToolSchema",
+    "Toolset",
     "Usage",
     "as_companion",
+    "call_key",
     "define_agent",
     "define_tool",
     "subagent_tool",

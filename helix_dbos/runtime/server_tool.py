@@ -13,6 +13,7 @@ from typing import Any
 from dbos import DBOS
 from pydantic import BaseModel, ValidationError
 
+from ..core.tools import CALL_KEY, ToolFailure
 from . import names
 from .context import current
 from .records import ServerToolResult
@@ -39,12 +40,16 @@ async def run_server_tool(
             "error": f"Unknown server tool {tool_name!r}",
             "errorCode": "tool_execution_failed",
         }
+    # The call's key, the same when a recovery runs it again (``core.tools.call_key``).
+    key = CALL_KEY.set(f"{DBOS.workflow_id}:{DBOS.step_id}")
     try:
         args = tool.input_model.model_validate(tool_input)
         value = tool.function(args)
         if inspect.isawaitable(value):
             value = await value
         return {"ok": True, "result": _jsonable(value)}
+    except ToolFailure as exc:  # a failure the tool typed itself (an MCP server down, ...)
+        return {"ok": False, "error": exc.message, "errorCode": exc.code}
     except ValidationError as exc:
         return {
             "ok": False,
@@ -57,3 +62,5 @@ async def run_server_tool(
             "error": f"{type(exc).__name__}: {exc}",
             "errorCode": "tool_execution_failed",
         }
+    finally:
+        CALL_KEY.reset(key)
