@@ -76,6 +76,8 @@ async def test_a_task_parked_on_an_approval_is_answered_and_read(
     bank = Bank()
     rt = await make_runtime([bank_agent(bank, hibernate_after)])
     async with served(await serve(rt)) as url, connect(url, ACME) as client:
+        advertised = client.server_capabilities.extensions or {}
+        assert "io.modelcontextprotocol/tasks" in advertised, "server/discover names it"
         listed = await client.list_tools()
         assert [t.name for t in listed.tools] == ["banker"]
         assert listed.tools[0].input_schema["required"] == ["message"]
