@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, ToolAnnotations
 
 KEY = "io.helix-dbos/idempotencyKey"
 LABEL = os.environ.get("HELIX_MCP_LABEL", "server")
@@ -75,6 +75,21 @@ def flaky(ctx: Context) -> str:
         marker.write_text("crashed once")
         os.kill(os.getpid(), signal.SIGKILL)
     return "flaky answered"
+
+
+@server.tool(annotations=READ_ONLY)
+def confirm(ctx: Context) -> str | InputRequiredResult:
+    """Ask the user to confirm, with a form (a multi-round-trip request)."""
+    journal("confirm", {}, ctx)
+    if ctx.input_responses:
+        return f"confirmed: {ctx.input_responses['sure']}"
+    form = ElicitRequestFormParams(
+        message="Sure?",
+        requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+    )
+    return InputRequiredResult(
+        input_requests={"sure": ElicitRequest(params=form)}, request_state="s"
+    )
 
 
 def _guarded(app: Any, token: str) -> Any:

@@ -20,7 +20,13 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.mcp import MCP_SERVER_UNAVAILABLE, MCPToolset, mcp_http, mcp_stdio
+from helix_dbos.mcp import (
+    MCP_SERVER_UNAVAILABLE,
+    MCP_TOOL_ERROR,
+    MCPToolset,
+    mcp_http,
+    mcp_stdio,
+)
 from helix_dbos.runtime import AgentRuntime
 from tests.mcp.conftest import SERVER, Journal, server_env
 
@@ -161,6 +167,19 @@ async def test_a_server_killed_mid_call_is_tried_again_then_a_typed_tool_error(
     flaky = journal.calls("flaky")
     assert len(flaky) == 2 and flaky[0]["key"] == flaky[1]["key"]
     assert flaky[0]["pid"] != flaky[1]["pid"]
+
+
+async def test_a_tool_that_asks_for_input_is_a_typed_tool_error_for_now(
+    make_runtime: Any, journal: Journal
+) -> None:
+    """A server tool answering ``input_required`` does not park the turn yet: the model reads
+    ``mcp_tool_error`` saying so, and the turn completes (docs/mcp.md)."""
+    rt = await make_runtime(
+        [define_agent("assistant", llm=ScriptedLLM(script), tools=[files(journal)])]
+    )
+    text = await turn(rt, ("files__confirm", {}))
+    assert text == f"{MCP_TOOL_ERROR}: The MCP tool asked for input; this agent cannot answer it"
+    assert len(journal.calls("confirm")) == 1, "asked once, not retried"
 
 
 def test_which_tools_are_gated() -> None:
