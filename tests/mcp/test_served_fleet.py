@@ -2,7 +2,8 @@
 one Postgres database, the real SDK's client on each.
 
 A task created by one process is answered with ``tasks/update`` through the other and read
-``completed`` from both; a task whose process is SIGKILLed while the turn waits on its
+``completed`` from both; a client without Tasks retries through the other process with the
+``requestState`` the first answered; a task whose process is SIGKILLed while the turn waits on its
 approval is read and answered through the other, and the restarted process (same executor)
 continues the turn once.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
 
 from tests.mcp.conftest import ROOT, free_port
@@ -80,6 +82,33 @@ async def test_a_task_is_answered_through_another_process(pg_url: str, tmp_path:
     [ran] = runs(log)
     assert {k: ran[k] for k in ARGS} == ARGS
     assert ran["pid"] == worker.processes["mcp-a"].pid  # type: ignore[attr-defined]
+
+
+async def test_a_retry_with_input_responses_is_accepted_by_another_process(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A client without Tasks: A answers ``input_required`` with its ``requestState``; the
+    retry carrying it and the ``inputResponses`` goes to B, which submits and answers the
+    agent's reply (the state is not sealed with a per-process key)."""
+    log = tmp_path / "bank.jsonl"
+    message = {"message": "pay"}
+    with worker(pg_url, "mcp-a", log) as a_url, worker(pg_url, "mcp-b", log) as b_url:
+        async with connect(a_url, ACME, tasks=False) as a:
+            asked = await a.session.call_tool("banker", message, allow_input_required=True)
+        assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
+        [key] = asked.input_requests
+        answer = types.ElicitResult(action="accept", content={"approved": True})
+        async with connect(b_url, ACME, tasks=False) as b:
+            done = await b.session.call_tool(
+                "banker",
+                message,
+                input_responses={key: answer},
+                request_state=asked.request_state,
+                allow_input_required=True,
+            )
+        assert isinstance(done, types.CallToolResult) and done.is_error is False
+        assert done.content[0].text.startswith("ok: ")  # type: ignore[union-attr]
+    assert len(runs(log)) == 1
 
 
 async def test_sigkill_while_a_task_waits_then_answered_after_the_restart(
