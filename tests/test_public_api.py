@@ -64,6 +64,7 @@ EXPORTS: dict[str, list[str]] = {
         "SubmitAnswer",
         "Tombstone",
         "Tool",
+        "ToolAsks",
         "ToolCall",
         "ToolFailure",
         "ToolSchema",
@@ -74,6 +75,7 @@ EXPORTS: dict[str, list[str]] = {
         "define_agent",
         "define_tool",
         "subagent_tool",
+        "tool_answers",
     ],
     "helix_dbos.errors": [
         "CLIENT_TOOL_ERROR_CODES",

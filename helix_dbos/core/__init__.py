@@ -21,10 +21,12 @@ from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tomb
 from .tools import (
     RESERVED_TOOL_NAME_PREFIXES,
     Tool,
+    ToolAsks,
     ToolFailure,
     Toolset,
     call_key,
     define_tool,
+    tool_answers,
 )
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "SubmitAnswer",
     "Tombstone",
     "Tool",
+    "ToolAsks",
     "ToolCall",
     "ToolFailure",
     "ToolSchema",
@@ -57,4 +60,5 @@ __all__ = [
     "define_agent",
     "define_tool",
     "subagent_tool",
+    "tool_answers",
 ]

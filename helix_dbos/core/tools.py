@@ -19,11 +19,13 @@ __all__ = [
     "SUBAGENT_PREFIX",
     "Execution",
     "Tool",
+    "ToolAsks",
     "ToolFailure",
     "ToolFunction",
     "Toolset",
     "call_key",
     "define_tool",
+    "tool_answers",
 ]
 
 SUBAGENT_PREFIX = "subagent__"
@@ -53,6 +55,29 @@ def call_key() -> str | None:
     when a recovered turn runs the call again; ``None`` outside a server tool. Give it to an
     external system as its idempotency key (docs/server-tools.md)."""
     return CALL_KEY.get()
+
+
+CALL_ANSWERS: ContextVar[dict[str, Any] | None] = ContextVar("helix_dbos_answers", default=None)
+"""What a human answered to the questions the running call asked (``tool_answers``)."""
+
+
+def tool_answers() -> dict[str, Any] | None:
+    """In a server tool called again after it raised ``ToolAsks`` and the turn parked:
+    ``{"responses": {key: response}, "state": ...}``, the answers and the state it asked
+    with; ``None`` in a first call."""
+    return CALL_ANSWERS.get()
+
+
+class ToolAsks(Exception):
+    """Raised by a server tool that needs a person's input first (an MCP tool answering
+    ``input_required``): the turn parks on the call like a client call, the questions
+    (``requests``: forms by key) in its pending entry; the answer calls the tool again, once,
+    with ``tool_answers()``."""
+
+    def __init__(self, requests: dict[str, Any], state: str | None = None) -> None:
+        super().__init__(requests, state)
+        self.requests = requests
+        self.state = state
 
 
 class ToolFailure(Exception):

@@ -128,6 +128,10 @@ async def input_requests(rt: AgentRuntime, view: dict[str, Any]) -> dict[str, An
     for call in view["pendingToolCalls"]:
         if "submittedAt" in call:
             continue
+        asked = _asked(call)
+        if asked is not None:  # a server tool's own form (an MCP tool's input_required)
+            found[call["toolCallId"]] = asked
+            continue
         if call["kind"] == "approval":
             message = f"Approve {call['toolName']} with {json.dumps(call['input'])}?"
             schema = APPROVAL_SCHEMA
@@ -141,6 +145,14 @@ async def input_requests(rt: AgentRuntime, view: dict[str, Any]) -> dict[str, An
             mode="json", by_alias=True, exclude_none=True
         )
     return found
+
+
+def _asked(call: dict[str, Any]) -> dict[str, Any] | None:
+    """The form of a call whose server tool asked one question (``runtime/asks.py``)."""
+    given = call["input"].get("inputRequests") if isinstance(call["input"], dict) else None
+    if call["kind"] != "client" or not isinstance(given, dict) or len(given) != 1:
+        return None
+    return next(iter(given.values()))  # type: ignore[no-any-return]
 
 
 async def _output_schema(rt: AgentRuntime, owner: str, tool_name: str) -> dict[str, Any]:
@@ -182,6 +194,8 @@ async def submit_answers(
                 approved=approved,
                 reason=reason,
             )
+        elif call is not None and _asked(call) is not None:  # the tool takes the response
+            answer = await rt.submit_tool_result(session_id, key, result=response)
         elif action == "accept":
             answer = await rt.submit_tool_result(session_id, key, result=content)
         else:

@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, ConfigDict
 
 from ..core.llm import ToolSchema
-from ..core.tools import Tool, ToolFailure, call_key
+from ..core.tools import Tool, ToolAsks, ToolFailure, call_key, tool_answers
 from ..errors import ToolDefinitionError
 from ..observability.log import log_event
 from .link import Link
@@ -224,12 +224,19 @@ class MCPToolset:
                 ``mcp_server_unavailable`` (no answer after ``attempts`` tries).
         """
         meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: call_key() or ""})
+        answers = tool_answers() or {}
+        responses = _responses(answers.get("responses"))
         for attempt in range(1, self.attempts + 1):
             try:
                 client = await asyncio.wait_for(self._link.client(), self.timeout)
                 answer = await asyncio.wait_for(
                     client.session.call_tool(
-                        remote, arguments, meta=meta, allow_input_required=True
+                        remote,
+                        arguments,
+                        meta=meta,
+                        input_responses=responses,
+                        request_state=answers.get("state"),
+                        allow_input_required=True,
                     ),
                     self.timeout,
                 )
@@ -256,17 +263,27 @@ class MCPToolset:
         await self._link.aclose()
 
 
+def _responses(given: Any) -> types.InputResponses | None:
+    """A person's answers, as the SDK's ``inputResponses`` (elicitation results)."""
+    if not given:
+        return None
+    return {key: types.ElicitResult.model_validate(value) for key, value in given.items()}
+
+
 def _read(answer: types.CallToolResult | types.InputRequiredResult) -> Any:
     """What the model reads of a server's answer: its structured content, else its text.
 
     Raises:
-        ToolFailure: an error result (``mcp_tool_error``), or an ``input_required`` answer,
-            which an agent cannot give yet (``mcp_tool_error``).
+        ToolAsks: an ``input_required`` answer: the turn parks on the call (its forms and
+            request state in the call's pending entry).
+        ToolFailure: an error result (``mcp_tool_error``).
     """
     if isinstance(answer, types.InputRequiredResult):
-        raise ToolFailure(
-            MCP_TOOL_ERROR, "The MCP tool asked for input; this agent cannot answer it"
-        )
+        requests = {
+            key: request.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for key, request in (answer.input_requests or {}).items()
+        }
+        raise ToolAsks(requests, answer.request_state)
     texts = [block.text for block in answer.content if isinstance(block, types.TextContent)]
     if answer.is_error:
         raise ToolFailure(MCP_TOOL_ERROR, "\n".join(texts) or "The MCP tool failed")

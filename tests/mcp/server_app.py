@@ -80,16 +80,20 @@ def flaky(ctx: Context) -> str:
 @server.tool(annotations=READ_ONLY)
 def confirm(ctx: Context) -> str | InputRequiredResult:
     """Ask the user to confirm, with a form (a multi-round-trip request)."""
-    journal("confirm", {}, ctx)
-    if ctx.input_responses:
-        return f"confirmed: {ctx.input_responses['sure']}"
+    answers = ctx.input_responses or {}
+    journal("confirm", {"answered": sorted(answers)}, ctx)
+    if "sure" in answers:
+        answer = answers["sure"]
+        action = getattr(answer, "action", None)
+        if action != "accept":
+            return f"not confirmed ({action})"
+        return f"confirmed: {json.dumps(getattr(answer, 'content', None))}"
     form = ElicitRequestFormParams(
         message="Sure?",
         requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
     )
-    return InputRequiredResult(
-        input_requests={"sure": ElicitRequest(params=form)}, request_state="s"
-    )
+    # No request state: a restarted server (a new process) takes the retry all the same.
+    return InputRequiredResult(input_requests={"sure": ElicitRequest(params=form)})
 
 
 def _guarded(app: Any, token: str) -> Any:

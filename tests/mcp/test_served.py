@@ -21,11 +21,14 @@ from starlette.requests import Request
 
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import define_agent
+from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
 from helix_dbos.http import create_app
 from helix_dbos.http.mcp_route import SESSION_TOKEN_META_KEY, MCPEndpoint, mount_mcp
-from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.llm.scripted import ScriptedLLM, call, reply
+from helix_dbos.mcp import mcp_stdio
 from helix_dbos.runtime import AgentRuntime
+from tests.mcp.conftest import SERVER, Journal, server_env
 from tests.mcp.tasks_client import (
     cancel_task,
     connect,
@@ -209,3 +212,34 @@ async def test_serve_mounts_mcp_behind_its_session_tokens(db_url: str) -> None:
             )
             assert (await poll(owner, tid, "completed"))["result"]["isError"] is False
     assert bank.runs == [ARGS]
+
+
+def confirming(request: LLMRequest) -> LLMResponse:
+    """Calls the MCP test server's ``confirm``, then says what it read."""
+    last = request.messages[-1]
+    if last.role == "user":
+        return call(request, ("files__confirm", {}))
+    return reply(f"{last.error_code or 'ok'}: {last.content}")
+
+
+async def test_a_task_waiting_on_an_mcp_tools_form_forwards_it(
+    make_runtime: Any, journal: Journal
+) -> None:
+    """A served turn parked on an MCP server's ``input_required`` is a task in
+    ``input_required`` carrying that server's own form; the ``tasks/update`` response goes
+    back to the server's tool as its ``inputResponses``."""
+    files = mcp_stdio("files", SERVER, env=server_env(journal, "files"))
+    agent = define_agent("assistant", llm=ScriptedLLM(confirming), tools=[files])
+    rt = await make_runtime([agent])
+    async with served(await serve(rt)) as url, connect(url, ACME) as client:
+        created = await client.session.call_tool("assistant", {"message": "go"}, allow_claimed=True)
+        tid = created.task_id  # type: ignore[union-attr]
+        [(key, form)] = (await poll(client, tid, "input_required"))["inputRequests"].items()
+        assert form["params"]["message"] == "Sure?", "the server's own form"
+        await update_task(client, tid, {key: {"action": "accept", "content": {"ok": True}}})
+        done = await poll(client, tid, "completed")
+    assert done["result"]["content"][0]["text"] == 'ok: {"result": "confirmed: {\\"ok\\": true}"}'
+    assert [c["args"] for c in journal.calls("confirm")] == [
+        {"answered": []},
+        {"answered": ["sure"]},
+    ]

@@ -9,6 +9,7 @@ killed mid-call is tried again, then becomes the typed tool error the model read
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -22,7 +23,6 @@ from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.mcp import (
     MCP_SERVER_UNAVAILABLE,
-    MCP_TOOL_ERROR,
     MCPToolset,
     mcp_http,
     mcp_stdio,
@@ -169,17 +169,48 @@ async def test_a_server_killed_mid_call_is_tried_again_then_a_typed_tool_error(
     assert flaky[0]["pid"] != flaky[1]["pid"]
 
 
-async def test_a_tool_that_asks_for_input_is_a_typed_tool_error_for_now(
-    make_runtime: Any, journal: Journal
+@pytest.mark.parametrize("hibernate_after", [None, 0], ids=["live", "hibernated"])
+async def test_a_tool_that_asks_for_input_parks_the_turn_until_answered(
+    make_runtime: Any, journal: Journal, hibernate_after: float | None
 ) -> None:
-    """A server tool answering ``input_required`` does not park the turn yet: the model reads
-    ``mcp_tool_error`` saying so, and the turn completes (docs/mcp.md)."""
-    rt = await make_runtime(
-        [define_agent("assistant", llm=ScriptedLLM(script), tools=[files(journal)])]
+    """A tool answering ``input_required`` parks the turn on a pending client call showing
+    its form; the submitted answer calls the tool again with it (``inputResponses``), and the
+    model reads that answer; a declined form reaches the tool as a decline. The same when the
+    turn hibernated before the answer."""
+    agent = define_agent(
+        "assistant",
+        llm=ScriptedLLM(script),
+        tools=[files(journal)],
+        hibernate_after=hibernate_after,
     )
-    text = await turn(rt, ("files__confirm", {}))
-    assert text == f"{MCP_TOOL_ERROR}: The MCP tool asked for input; this agent cannot answer it"
-    assert len(journal.calls("confirm")) == 1, "asked once, not retried"
+    rt = await make_runtime([agent])
+    for submitted, read in (
+        ({"ok": True}, 'ok: {"result": "confirmed: {\\"ok\\": true}"}'),
+        ({"action": "decline"}, 'ok: {"result": "not confirmed (decline)"}'),
+    ):
+        handle = await rt.start("assistant", json.dumps([["files__confirm", {}]]))
+        [pending] = await rt.wait_for_pending(handle.session_id)
+        assert pending["kind"] == "client" and pending["toolName"] == "files__confirm"
+        form = pending["input"]["inputRequests"]["sure"]
+        assert form["method"] == "elicitation/create" and form["params"]["message"] == "Sure?"
+        assert pending["input"]["arguments"] == {}
+        if hibernate_after == 0:  # the hibernate commit lands just after the park
+            for _ in range(200):
+                if "hibernated" in (await rt.session(handle.session_id)).metadata:
+                    break
+                await asyncio.sleep(0.05)
+            assert "hibernated" in (await rt.session(handle.session_id)).metadata
+        status = await rt.status(handle.session_id)
+        assert status["status"] == "suspended_client_tool" and status["waitingFor"] == [
+            "client_tool"
+        ]
+        answer = await rt.submit_tool_result(
+            handle.session_id, pending["toolCallId"], result=submitted
+        )
+        assert answer.status == "accepted"
+        assert (await handle.result())["text"] == read
+    calls = journal.calls("confirm")
+    assert [c["args"]["answered"] for c in calls] == [[], ["sure"], [], ["sure"]]
 
 
 def test_which_tools_are_gated() -> None:
