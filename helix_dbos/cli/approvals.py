@@ -18,7 +18,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
     from ..store.approvals import ApprovalPage
 
 __all__ = ["APPROVALS", "parse_duration", "parse_instant", "render_approvals"]

@@ -104,7 +104,7 @@ CheckpointKind = Literal[
     "companion_reply",
     "asks",
 ]
-"""The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
+"""The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``_commits/once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "model",
     "results",
@@ -139,7 +139,7 @@ class FencedResult(TypedDict):
 # -- the model step ---------------------------------------------------------------------------
 
 PlanKind = Literal["server", "client", "approval", "subagent", "companion", "invalid"]
-"""Where a tool call runs (``plan.py``); ``client`` and ``approval`` suspend the turn."""
+"""Where a tool call runs (``triage.py``); ``client`` and ``approval`` suspend the turn."""
 PLAN_KINDS: Final[tuple[PlanKind, ...]] = (
     "server",
     "client",
@@ -208,7 +208,7 @@ class ServerToolResult(TypedDict):
 class ToolResult(TypedDict):
     """One call's result, as committed (``helix.turn.commit_results``) and shown to the model.
 
-    Suspended calls (``suspended: True``) also carry how their wait ended (``resolve.py``).
+    Suspended calls (``suspended: True``) also carry how their wait ended (``_turn/resolve.py``).
     An approved approval resolves to ``runInput`` first (and no ``ok``): the tool then runs
     with it, and its ``ServerToolResult`` completes the result before anything is committed.
     """
