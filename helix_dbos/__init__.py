@@ -31,13 +31,18 @@ from .core import (
     SubmitAnswer,
     Tombstone,
     Tool,
+    ToolAsks,
     ToolCall,
+    ToolFailure,
     ToolSchema,
+    Toolset,
     Usage,
     as_companion,
+    call_key,
     define_agent,
     define_tool,
     subagent_tool,
+    tool_answers,
 )
 from .core.humanize import humanize_client_tool_error, set_client_tool_error_humanizer
 from .core.llm import TextSink
@@ -81,12 +86,16 @@ __all__ = [
     "TextSink",
     "Tombstone",
     "Tool",
+    "ToolAsks",
     "ToolCall",
+    "ToolFailure",
     "ToolSchema",
+    "Toolset",
     "TurnHandle",
     "Usage",
     "__version__",
     "as_companion",
+    "call_key",
     "create_app",
     "create_router",
     "define_agent",
@@ -96,6 +105,7 @@ __all__ = [
     "is_known_error_code",
     "set_client_tool_error_humanizer",
     "subagent_tool",
+    "tool_answers",
 ]
 
 

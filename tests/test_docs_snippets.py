@@ -1,4 +1,5 @@
-"""The Python programs of docs/embedding.md and docs/server-tools.md run as written.
+"""The Python programs of docs/embedding.md, docs/server-tools.md and docs/mcp.md run as
+written.
 
 Each is copied verbatim from its page and run as the page says: the embedding apps under
 ``python -m uvicorn app:app`` with a real round trip over HTTP (and their helix-dbos event
@@ -29,6 +30,7 @@ from .doc_snippets import (
 EMBEDDING = ROOT / "docs" / "embedding.md"
 SERVER_TOOLS = ROOT / "docs" / "server-tools.md"
 APPROVALS = ROOT / "docs" / "interrupts-and-approvals.md"
+MCP = ROOT / "docs" / "mcp.md"
 
 
 def test_every_embedding_program_is_run_here() -> None:
@@ -103,3 +105,57 @@ def test_approval_gate_example_defines_a_runnable_tool() -> None:
     assert transfer.require_approval and transfer.execution == "server"
     ran = asyncio.run(transfer.function(scope["TransferIn"](amount=40, to="alice")))
     assert ran == {"sent": 40, "to": "alice"}
+
+
+def test_every_mcp_program_is_run_here() -> None:
+    """A Python block added to mcp.md needs its test below."""
+    assert [title for title, _ in python_blocks(MCP)] == [
+        "The server: `notes_server.py`",
+        "The agent: `notes_agent.py`",
+        "Agents served over MCP",
+        "Agents served over MCP",
+    ]
+
+
+def _shown_after(page: Path, words: str) -> str:
+    """The text block right after ``words`` on ``page``."""
+    shown = re.search(re.escape(words) + r"\n\n```\n(.*?)```", page.read_text(), re.S)
+    assert shown is not None, words
+    return shown.group(1)
+
+
+def test_mcp_toolset_program_prints_what_the_page_shows(tmp_path: Path) -> None:
+    """The agent runs the SDK's server over stdio: the calls, the approval denied then
+    given, the namespaced tools the model saw, exactly as the page shows them."""
+    server, agent = [code for _, code in python_blocks(MCP)][:2]
+    (tmp_path / "notes_server.py").write_text(server)
+    (tmp_path / "notes_agent.py").write_text(agent)
+    done = subprocess.run(
+        [sys.executable, "notes_agent.py"],
+        cwd=tmp_path,
+        env=program_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _shown_after(MCP, "next to `notes_server.py`. It prints:")
+
+
+def test_mcp_served_app_answers_the_sdks_client(tmp_path: Path) -> None:
+    """The app served by uvicorn answers the client program over /mcp: the agents listed,
+    the approval asked through an elicitation and the retry answered, as the page shows."""
+    app, client = [code for _, code in python_blocks(MCP)][2:]
+    (tmp_path / "pay.py").write_text(client)
+    with served(app, tmp_path, HELIX_AUTH_SECRET="") as server:
+        url = str(server.client.base_url).rstrip("/") + "/mcp"
+        done = subprocess.run(
+            [sys.executable, "pay.py", url],
+            cwd=tmp_path,
+            env=program_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _shown_after(MCP, "/mcp`\nprints:")

@@ -18,7 +18,16 @@ from .expiry import DefaultResult
 from .llm import LLM, LLMRequest, LLMResponse, ToolSchema, Usage
 from .messages import Message, ToolCall
 from .session import Continuation, PendingCall, SessionState, SubmitAnswer, Tombstone
-from .tools import RESERVED_TOOL_NAME_PREFIXES, Tool, define_tool
+from .tools import (
+    RESERVED_TOOL_NAME_PREFIXES,
+    Tool,
+    ToolAsks,
+    ToolFailure,
+    Toolset,
+    call_key,
+    define_tool,
+    tool_answers,
+)
 
 __all__ = [
     "COMPANION_NOT_DELIVERED_REASONS",
@@ -40,11 +49,16 @@ __all__ = [
     "SubmitAnswer",
     "Tombstone",
     "Tool",
+    "ToolAsks",
     "ToolCall",
+    "ToolFailure",
     "ToolSchema",
+    "Toolset",
     "Usage",
     "as_companion",
+    "call_key",
     "define_agent",
     "define_tool",
     "subagent_tool",
+    "tool_answers",
 ]

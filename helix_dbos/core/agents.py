@@ -19,7 +19,7 @@ from .companions import (
     companion_tools,
 )
 from .llm import LLM, ToolSchema
-from .tools import SUBAGENT_PREFIX, Tool
+from .tools import SUBAGENT_PREFIX, Tool, Toolset
 
 __all__ = [
     "DEFAULT_CLIENT_TOOL_TIMEOUT",
@@ -69,22 +69,46 @@ class Agent:
     """Persistent agents this one talks to (docs/companions.md)."""
     companion_delivery_timeout: float = DEFAULT_COMPANION_DELIVERY_TIMEOUT
     """Seconds a send waits for a companion's run to start (``child_start_unconfirmed``)."""
+    toolsets: tuple[Toolset, ...] = field(default=())
+    """Tools found at run time (an MCP server's), named ``<toolset>__<tool>``."""
 
     def companion(self, name: str) -> Companion | None:
         """The companion called ``name``, if this agent declares one."""
         return next((c for c in self.companions if c.name == name), None)
 
     @functools.cached_property
-    def tool_schemas(self) -> tuple[ToolSchema, ...]:
-        """The tools as the model sees them, built once per agent (JSON schemas are costly)."""
+    def _own_schemas(self) -> tuple[ToolSchema, ...]:
+        """The agent's own tools as the model sees them, built once (JSON schemas are costly)."""
         return tuple(tool.schema() for tool in self.tools)
 
+    @property
+    def tool_schemas(self) -> tuple[ToolSchema, ...]:
+        """The tools as the model sees them: the agent's own, then its toolsets' as listed."""
+        if not self.toolsets:
+            return self._own_schemas
+        found = tuple(tool.schema() for toolset in self.toolsets for tool in toolset.tools())
+        return self._own_schemas + found
+
     def tool(self, name: str) -> Tool | None:
-        """The tool called ``name``, if the agent has it."""
+        """The tool called ``name``, if the agent has it (its own, or a toolset's)."""
         for tool in self.tools:
             if tool.name == name:
                 return tool
+        for toolset in self.toolsets:
+            found = toolset.tool(name)
+            if found is not None:
+                return found
         return None
+
+    async def refresh_toolsets(self) -> None:
+        """List each toolset's tools again where its listing is stale (before a model call)."""
+        for toolset in self.toolsets:
+            await toolset.refresh()
+
+    async def close_toolsets(self) -> None:
+        """Close what the toolsets hold open (connections, subprocesses): a runtime's shutdown."""
+        for toolset in self.toolsets:
+            await toolset.aclose()
 
     def deadline_seconds(self, tool: Tool) -> float:
         """The client deadline of a call: tool, then agent, then 5 minutes."""
@@ -112,7 +136,7 @@ def define_agent(
     *,
     llm: LLM,
     instructions: str = "",
-    tools: Iterable[Tool] = (),
+    tools: Iterable[Tool | Toolset] = (),
     subagents: Iterable[Agent] = (),
     max_steps: int = 20,
     client_tool_timeout: float | None = None,
@@ -129,7 +153,7 @@ def define_agent(
         name: the agent type, used to find it in the registry (and stored on sessions).
         llm: the model adapter.
         instructions: the system prompt.
-        tools: the tools the model may call.
+        tools: the tools the model may call, and toolsets (an MCP server's: ``helix_dbos.mcp``).
         subagents: agents this one may delegate to; each becomes a ``subagent__<name>`` tool.
         max_steps: model calls allowed per turn.
         client_tool_timeout: the agent's client-call deadline in seconds.
@@ -158,15 +182,11 @@ def define_agent(
         raise ToolDefinitionError(f"Agent {name!r}: max_steps must be >= 1")
     if client_tool_timeout is not None and not (client_tool_timeout > 0):
         raise ToolDefinitionError(f"Agent {name!r}: client_tool_timeout must be > 0 seconds")
-    retention = completed_tombstone_retention
-    if not isinstance(retention, int | float) or not math.isfinite(retention) or retention < 0:
-        raise ToolDefinitionError(
-            f"Agent {name!r}: completed_tombstone_retention must be a finite number >= 0"
-        )
+    retention = _check_retention(name, completed_tombstone_retention)
     _check_idle_ttl(name, persistent, idle_ttl)
     hot_window = _hot_window(name, hibernate_after)
-    children = tuple(subagents)
-    all_tools = tuple(tools) + tuple(subagent_tool(child) for child in children)
+    (own, toolsets), children = _split_toolsets(name, tools), tuple(subagents)
+    all_tools = own + tuple(subagent_tool(child) for child in children)
     names = [t.name for t in all_tools]
     if len(names) != len(set(names)):
         raise ToolDefinitionError(f"Agent {name!r}: two tools share a name")
@@ -179,14 +199,50 @@ def define_agent(
         tools=all_tools,
         max_steps=max_steps,
         client_tool_timeout=client_tool_timeout,
-        completed_tombstone_retention=float(retention),
+        completed_tombstone_retention=retention,
         subagents=children,
         persistent=bool(persistent),
         idle_ttl=float(idle_ttl) if idle_ttl is not None else DEFAULT_IDLE_TTL,
         hibernate_after=hot_window,
         companions=mates,
         companion_delivery_timeout=delivery,
+        toolsets=toolsets,
     )
+
+
+def _check_retention(name: str, retention: float) -> float:
+    """``define_agent``'s ``completed_tombstone_retention``: a finite number >= 0."""
+    if not isinstance(retention, int | float) or not math.isfinite(retention) or retention < 0:
+        raise ToolDefinitionError(
+            f"Agent {name!r}: completed_tombstone_retention must be a finite number >= 0"
+        )
+    return float(retention)
+
+
+def _split_toolsets(
+    name: str, given: Iterable[Tool | Toolset]
+) -> tuple[tuple[Tool, ...], tuple[Toolset, ...]]:
+    """``define_agent``'s tools and toolsets apart; two toolsets of one name, or a tool of
+    the agent's own named in a toolset's namespace, are refused (they could clash)."""
+    own: list[Tool] = []
+    toolsets: list[Toolset] = []
+    for item in given:
+        if isinstance(item, Tool):
+            own.append(item)
+        elif isinstance(item, Toolset):
+            toolsets.append(item)
+        else:
+            raise ToolDefinitionError(f"Agent {name!r}: {item!r} is neither a tool nor a toolset")
+    spaces = [t.name for t in toolsets]
+    if len(spaces) != len(set(spaces)):
+        raise ToolDefinitionError(f"Agent {name!r}: two toolsets share a name")
+    for tool in own:
+        if any(tool.name.startswith(f"{space}__") for space in spaces):
+            raise ToolDefinitionError(
+                f"Agent {name!r}: the tool {tool.name!r} is in a toolset's namespace",
+                toolName=tool.name,
+            )
+    return tuple(own), tuple(toolsets)
 
 
 def _check_idle_ttl(name: str, persistent: bool, idle_ttl: float | None) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -18,8 +19,13 @@ __all__ = [
     "SUBAGENT_PREFIX",
     "Execution",
     "Tool",
+    "ToolAsks",
+    "ToolFailure",
     "ToolFunction",
+    "Toolset",
+    "call_key",
     "define_tool",
+    "tool_answers",
 ]
 
 SUBAGENT_PREFIX = "subagent__"
@@ -38,6 +44,53 @@ is not checked against it). An exception it raises becomes a failed tool result
 runs as a recorded DBOS step: once its result is recorded, a recovered turn never runs it
 again, but a crash while it runs runs it again, so an external side effect needs an
 idempotency key. A sync function runs on the event loop: keep blocking work out of it."""
+
+
+CALL_KEY: ContextVar[str | None] = ContextVar("helix_dbos_call_key", default=None)
+"""The running server-tool call's key, set by the runtime around the call (``call_key``)."""
+
+
+def call_key() -> str | None:
+    """The key of the server-tool call running now: ``"<workflow id>:<step id>"``, the same
+    when a recovered turn runs the call again; ``None`` outside a server tool. Give it to an
+    external system as its idempotency key (docs/server-tools.md)."""
+    return CALL_KEY.get()
+
+
+CALL_ANSWERS: ContextVar[dict[str, Any] | None] = ContextVar("helix_dbos_answers", default=None)
+"""What a human answered to the questions the running call asked (``tool_answers``)."""
+
+
+def tool_answers() -> dict[str, Any] | None:
+    """In a server tool called again after it raised ``ToolAsks`` and the turn parked:
+    ``{"responses": {key: response}, "state": ...}``, the answers and the state it asked
+    with; ``None`` in a first call."""
+    return CALL_ANSWERS.get()
+
+
+class ToolAsks(Exception):
+    """Raised by a server tool that needs a person's input first (an MCP tool answering
+    ``input_required``): the turn parks on the call like a client call, the questions
+    (``requests``: forms by key) in its pending entry; the answer calls the tool again, once,
+    with ``tool_answers()``."""
+
+    def __init__(self, requests: dict[str, Any], state: str | None = None) -> None:
+        super().__init__(requests, state)
+        self.requests = requests
+        self.state = state
+
+
+class ToolFailure(Exception):
+    """Raised by a server tool to fail with a code of its own: the model reads ``message``
+    with ``errorCode`` ``code`` (any other exception reads ``tool_execution_failed``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -77,6 +130,36 @@ class Tool:
             description=self.description,
             input_schema=self.input_model.model_json_schema(),
         )
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Tools an agent finds at run time (an MCP server's, ``helix_dbos.mcp``), declared in
+    ``define_agent(tools=[...])`` next to its own. Each tool's name starts with
+    ``<name>__``, so two toolsets cannot clash."""
+
+    @property
+    def name(self) -> str:
+        """The toolset's namespace: its tools are named ``<name>__<tool>``."""
+        ...
+
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools as last listed (none before the first ``refresh``)."""
+        ...
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name`` (namespaced), also when a recovered turn calls it before
+        this process listed it; ``None`` when the name is not this toolset's."""
+        ...
+
+    async def refresh(self) -> None:
+        """List the tools again if the listing is stale; never raises (a failed listing keeps
+        the last one)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the toolset holds open; a later ``refresh`` or call opens it again."""
+        ...
 
 
 def define_tool(

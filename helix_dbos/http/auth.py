@@ -3,8 +3,9 @@
 The hook runs before every route's handler with the request and the operation name
 (``start``, ``resume``, ``sse``, ``status``, ``interrupt``, ``abort``, ``submit-tool-result``,
 the chat's ``chat-new``, ``chat``, ``chat-stream``, AG-UI's ``agui``, ``agui-tools``, and
-``metrics`` for a scrape of ``GET /metrics``, which names no session, and ``approvals`` for
-the approval inbox). It returns ``True`` or ``{"ok": True, "principal": ..., "tenant": ...,
+``metrics`` for a scrape of ``GET /metrics``, which names no session, ``approvals`` for
+the approval inbox, and ``mcp-tools`` for the agents listed at ``POST /mcp``, whose other
+requests are the operations above: mcp_route.py). It returns ``True`` or ``{"ok": True, "principal": ..., "tenant": ...,
 "approver": ...}`` (accept; ``request_principal(request)`` is the principal, and a new session
 records principal and tenant; see ``scope.py`` for what a tenant and an approver may reach),
 ``False`` (a generic 401) or ``{"error": ..., "status": ...}`` (also with ``"ok": False``: a
@@ -68,6 +69,7 @@ OPERATIONS = (
     "agui-tools",
     "metrics",
     "approvals",
+    "mcp-tools",
 )
 #: The operations that create a session: nothing exists yet to bind a token to.
 NEW_SESSION_OPERATIONS = frozenset({"start", "chat-new"})

@@ -142,6 +142,8 @@ EVENT_LEVELS: dict[str, int] = {
     "server.store_unavailable": logging.WARNING,
     "server.bad_request": logging.INFO,
     "runtime.started": logging.INFO,
+    "mcp.list_failed": logging.WARNING,
+    "mcp.call_retry": logging.WARNING,
 }
 
 _overrides: list[tuple[str, int]] = []

@@ -102,6 +102,7 @@ CheckpointKind = Literal[
     "hibernate",
     "await_child",
     "companion_reply",
+    "asks",
 ]
 """The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``_commits/once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
@@ -113,6 +114,7 @@ CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "hibernate",
     "await_child",
     "companion_reply",
+    "asks",
 )
 
 
@@ -166,6 +168,7 @@ class PlanItem(TypedDict):
     kind: PlanKind
     error: NotRequired[str]
     """``invalid`` only: why the call never runs."""
+    asks: NotRequired[dict[str, Any]]  # a server call whose tool asked, parked as client
     subagent: NotRequired[str]
     """``subagent`` only: the agent type of the child."""
     timeoutSeconds: NotRequired[float]
@@ -199,6 +202,7 @@ class ServerToolResult(TypedDict):
     result: NotRequired[Any]
     error: NotRequired[str]
     errorCode: NotRequired[str | None]
+    asks: NotRequired[dict[str, Any]]  # ``{"requests", "state"}``: it asked first (asks.py)
 
 
 class ToolResult(TypedDict):

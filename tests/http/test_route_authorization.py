@@ -132,6 +132,10 @@ NO_SESSION_ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/chat/sessions"): "makes a new chat id; names none",
     ("GET", "/agui/{agentType}/tools"): "an agent's client tools",
     ("GET", "/metrics"): "the scrape: its own token, no session",
+    ("POST", "/mcp"): (
+        "JSON-RPC: each method is authorized on the session its task id or arguments name, "
+        "inside the handler (tests/mcp/test_served.py: another tenant's tasks/* refused)"
+    ),
     ("GET", "/"): "the demo page (static)",
     ("GET", "/inbox"): "the inbox page (static; it calls /approvals)",
     ("GET", "/demo-page"): "the demo page's files (static)",

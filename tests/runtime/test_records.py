@@ -38,6 +38,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "index": "required",
         "kind": "required",
         "error": "optional",
+        "asks": "optional",
         "subagent": "optional",
         "timeoutSeconds": "optional",
         "onTimeout": "optional",
@@ -54,6 +55,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "result": "optional",
         "error": "optional",
         "errorCode": "optional",
+        "asks": "optional",
     },
     records.ToolResult: {
         "toolCallId": "required",
@@ -154,6 +156,7 @@ def test_kinds_and_keys_are_pinned() -> None:
         "hibernate",
         "await_child",
         "companion_reply",
+        "asks",
     )
     assert get_args(records.CheckpointKind) == records.CHECKPOINT_KINDS
     assert records.PLAN_KINDS == (

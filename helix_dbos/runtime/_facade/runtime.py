@@ -156,6 +156,8 @@ async def _shutdown(rt: AgentRuntime, grace_seconds: float) -> None:
     if rt._ctx is not None:
         await _release_workflows(rt._ctx)
     await rt.signals.close()
+    for agent in rt.registry:
+        await agent.close_toolsets()  # an MCP server's connection, its subprocess
     DBOS.destroy(destroy_registry=False)
     if rt.fleet is not None:
         # After destroy: from here on our parked turns are adoptable at once.

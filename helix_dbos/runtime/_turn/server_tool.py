@@ -13,6 +13,7 @@ from typing import Any
 from dbos import DBOS
 from pydantic import BaseModel, ValidationError
 
+from ...core.tools import CALL_ANSWERS, CALL_KEY, ToolAsks, ToolFailure
 from .. import names
 from .._context import current
 from ..records import ServerToolResult
@@ -29,9 +30,14 @@ def _jsonable(value: Any) -> Any:
 
 @DBOS.step(name=names.SERVER_TOOL_STEP)
 async def run_server_tool(
-    agent_type: str, tool_name: str, tool_input: dict[str, Any]
+    agent_type: str,
+    tool_name: str,
+    tool_input: dict[str, Any],
+    answers: dict[str, Any] | None = None,
 ) -> ServerToolResult:
-    """Run a server tool; a tool's own failure is a failed tool result, not a failed turn."""
+    """Run a server tool; a tool's own failure is a failed tool result, not a failed turn.
+    ``answers``: what a person answered to the questions the call asked (``ToolAsks``), for
+    the call made again with them (``core.tools.tool_answers``)."""
     tool = current().registry.get(agent_type).tool(tool_name)
     if tool is None or tool.function is None:
         return {
@@ -39,12 +45,20 @@ async def run_server_tool(
             "error": f"Unknown server tool {tool_name!r}",
             "errorCode": "tool_execution_failed",
         }
+    # The call's key, the same when a recovery runs it again (``core.tools.call_key``).
+    key = CALL_KEY.set(f"{DBOS.workflow_id}:{DBOS.step_id}")
+    given = CALL_ANSWERS.set(answers)
     try:
         args = tool.input_model.model_validate(tool_input)
         value = tool.function(args)
         if inspect.isawaitable(value):
             value = await value
         return {"ok": True, "result": _jsonable(value)}
+    except ToolFailure as exc:  # a failure the tool typed itself (an MCP server down, ...)
+        return {"ok": False, "error": exc.message, "errorCode": exc.code}
+    except ToolAsks as exc:  # the turn parks on the call (``turn._ask``)
+        asks = {"requests": exc.requests, "state": exc.state}
+        return {"ok": False, "error": "The tool asked for input", "asks": asks}
     except ValidationError as exc:
         return {
             "ok": False,
@@ -57,3 +71,6 @@ async def run_server_tool(
             "error": f"{type(exc).__name__}: {exc}",
             "errorCode": "tool_execution_failed",
         }
+    finally:
+        CALL_ANSWERS.reset(given)
+        CALL_KEY.reset(key)

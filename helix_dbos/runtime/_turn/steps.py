@@ -159,6 +159,7 @@ async def _model_once(
     except Fenced as fenced:
         return {FENCED: fenced.reason}
     agent = ctx.registry.get(agent_type)
+    await agent.refresh_toolsets()  # an MCP server's tools, listed again when stale
     request = LLMRequest(
         instructions=agent.instructions,
         messages=history,

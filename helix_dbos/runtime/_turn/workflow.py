@@ -59,7 +59,7 @@ from ..records import (
     TurnOutcome,
     WokenAnswers,
 )
-from . import hibernation, steps
+from . import asks, hibernation, steps
 from .batch_job import continue_batch, finishing, wait_ms
 from .children import run_child
 from .failure import failure_of, turn_error
@@ -271,6 +271,7 @@ class _Turn:
         hibernated = await self._run_tools(step, plan, results)
         if hibernated is not None:
             return hibernated
+        deadlines = await asks.register(self, step, plan, results, deadlines)  # a tool asked
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
         woken: WokenAnswers = {}
         if suspending:
@@ -280,7 +281,7 @@ class _Turn:
             # database of one writer at a time (SQLite): the early commit would only contend
             # with DBOS's consume of the wake-up (and a read that then writes fails at once).
             early = current().store.many_writers and all(
-                i["kind"] != "approval" for i in suspending
+                i["kind"] != "approval" and "asks" not in i for i in suspending
             )
             batch = self._batch(step, plan, results) if early else None
             # Parked here, with no frame of its own: a parked turn's memory is its stack.
@@ -406,7 +407,7 @@ class _Turn:
         """After the batch of ``step`` (if any) stopped waiting: run approved tools, commit
         the results, and end the turn if a tool finished it."""
         suspending = [i for i in plan if i["kind"] in SUSPENDING_KINDS]
-        if suspending and any(i["kind"] == "approval" for i in suspending):
+        if any(i["kind"] == "approval" or "asks" in i for i in suspending):
             # An approved call's tool runs before the results commit: read the answers
             # first. Without approvals, the commit itself resolves them (one step fewer).
             collected = await steps.collect_answers(
@@ -472,6 +473,8 @@ class _Turn:
         if run_input is not None:
             ran = await run_server_tool(self.agent_type, item["toolName"], run_input)
             result = completed(result, ran)
+        elif "asks" in item:  # answered: the tool is called again with the answer
+            result = await asks.answer(self.agent_type, item, entry, result)
         return result
 
     async def _run_child(self, item: PlanItem) -> ServerToolResult | None:
