@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 from dbos import DBOS
+from pydantic import BaseModel
 
 import helix_dbos.runtime
-from helix_dbos.core import clock, define_agent
+from helix_dbos.core import ToolAsks, clock, define_agent, define_tool, tool_answers
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.session import SessionState
-from helix_dbos.llm.scripted import ScriptedLLM
+from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.store import NoChange, SessionStore
 from tests.runtime.conftest import MakeRuntime
@@ -223,16 +224,45 @@ def _failing_once() -> ScriptedLLM:
     return ScriptedLLM(run)
 
 
+class _Ask(BaseModel):
+    topic: str
+
+
+def _confirm(args: _Ask) -> dict[str, Any]:
+    """A server tool that asks a person first (as an MCP tool answering ``input_required``)."""
+    answers = tool_answers()
+    if answers is None:
+        raise ToolAsks({"sure": {"message": f"Sure about {args.topic}?"}})
+    return {"confirmed": answers["responses"]["sure"]}
+
+
+def _asking_script(request: LLMRequest) -> LLMResponse:
+    last = request.messages[-1]
+    if last.role == "user":
+        return call(request, ("confirm", {"topic": "x"}))
+    return reply("done")
+
+
+def _asking_agent() -> Any:
+    return define_agent(
+        "asker",
+        llm=ScriptedLLM(_asking_script),
+        tools=[define_tool("confirm", "Confirm with a person", _Ask, execute=_confirm)],
+        hibernate_after="never",
+    )
+
+
 async def _runtime(make_runtime: MakeRuntime) -> AgentRuntime:
     """``parent`` and its sub-agent ``cold`` hibernate at once; ``hot`` never does; ``keeper``
-    is persistent, idle for a second at most."""
+    is persistent, idle for a second at most; ``asker``'s server tool asks a person first."""
     cold = agent("cold")
     parent = define_agent(
         "parent", llm=ScriptedLLM(delegate_script), subagents=[cold], hibernate_after=0
     )
     hot = agent("hot", _failing_once(), hibernate_after="never")
     return await make_runtime(
-        [parent, cold, hot, keeper_agent(idle_ttl=1.0), lead_agent()], heal_interval_seconds=0
+        [parent, cold, hot, keeper_agent(idle_ttl=1.0), lead_agent(), _asking_agent()],
+        heal_interval_seconds=0,
     )
 
 
@@ -268,6 +298,15 @@ async def _hot_turns(rt: AgentRuntime) -> None:
     lost = await _parked(rt)
     await DBOS.cancel_workflow_async((await rt.session(lost)).workflow_id or "")
     assert [r.action for r in await rt.heal(grace_seconds=0)] == ["ended_cancelled"]
+
+
+async def _asking_turns(rt: AgentRuntime) -> None:
+    """A server tool that asks first: its question registered as a pending call, answered by
+    the submit, the tool called again with the answer."""
+    handle = await rt.start("asker", "go")
+    [pending] = await rt.wait_for_pending(handle.session_id)
+    await rt.submit_tool_result(handle.session_id, pending["toolCallId"], result={"ok": True})
+    assert (await rt.wait(handle.session_id))["status"] == "completed"
 
 
 async def _persistent_turns(rt: AgentRuntime) -> None:
@@ -311,6 +350,7 @@ async def test_every_mutation_does_the_same_when_run_twice(
     await _hot_turns(rt)
     await _persistent_turns(rt)
     await _companion_turns(rt)
+    await _asking_turns(rt)
     assert twice.differences == []
     untaken = [s for s in _sites_in_runtime() if not any(s.takes(*call) for call in twice.calls)]
     assert untaken == [], "a mutation of the runtime no scenario here takes"
