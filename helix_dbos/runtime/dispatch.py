@@ -61,6 +61,7 @@ def notification_of(row: OutboxRow) -> Notification:
         outcome=data.get("outcome"),
         on_timeout=data.get("onTimeout"),
         input=data.get("input"),
+        decider=data.get("decider"),
         data=data,
     )
 

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.approval_policy import entry_policy
 from ..core.events import event
 from ..core.llm import LLMRequest, LLMResponse
 from ..core.messages import Message
@@ -276,6 +277,7 @@ def pending_entries(
             completed_retention_ms=retention_ms,
             approval_id=names.approval_id(run_id, tcid) if item["kind"] == "approval" else None,
             on_timeout=item.get("onTimeout"),
+            policy=entry_policy(item.get("approvalPolicy"), at_ms),
             args_digest=args_digest(item["toolName"], item["input"])
             if item["kind"] == "approval"
             else None,

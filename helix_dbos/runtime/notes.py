@@ -205,6 +205,10 @@ def answer_rows(owner: SessionState, entry: PendingCall, at: int) -> list[dict[s
     if entry.kind == "approval":
         approved = bool(response.get("approved"))
         payload.update(outcome="answered" if approved else "denied", approved=approved)
+        if "decidedBy" in response:  # who decided (``core/approval_policy.py``)
+            payload["decider"] = response["decidedBy"]
+            if "approvers" in response:
+                payload["approvers"] = response["approvers"]
     else:
         payload.update(outcome="answered", isError="error" in response)
     return [

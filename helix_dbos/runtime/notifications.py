@@ -73,6 +73,9 @@ class Notification:
     ``result``)."""
     input: dict[str, Any] | None = None
     """``pending`` only: the call's arguments (what an approver approves)."""
+    decider: dict[str, Any] | None = None
+    """``resolved`` of an approval: who decided (``principal``, ``tenant``, ``credential``,
+    ``roles``), as the credential established it; a quorum's ``approvers`` are in ``data``."""
     data: dict[str, Any] = field(default_factory=dict)
     """Everything the event recorded (camelCase), including the fields above."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..core.approval_policy import IN_PROCESS, Tally, check_decider, tally
 from ..core.session import (
     Continuation,
     PendingCall,
@@ -26,6 +27,7 @@ from ..core.session import (
 from ..errors import ErrorCode, HelixError, RunSupersededError, SessionNotFoundError
 from ..observability import approval_metrics
 from ..observability.log import log_event
+from ..store import decisions
 from ..store.store import NoChange, RetryTransaction, now_ms
 from . import names, notes
 from .batch_job import continue_batch
@@ -85,7 +87,7 @@ async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
     entry = owner.pending.get(sub.tool_call_id) if owner is not None else None
     if owner is None or entry is None or entry.submitted_at is not None:
         return
-    known = sub.error is None or owner.agent_type in ctx.registry
+    known = sub.needs_tool or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
     validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
@@ -96,7 +98,9 @@ async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
 class _Verdict:
     """What one submit's transaction decided (logged and answered after it committed)."""
 
-    outcome: Literal["accepted", "duplicate", "unknown", "tombstone", "lapsed"]
+    outcome: Literal["accepted", "counted", "repeat", "duplicate", "unknown", "tombstone", "lapsed"]
+    """``counted``: an approval stored towards its quorum (the call still waits); ``repeat``:
+    that approver's approval of those arguments was counted already (nothing written)."""
     owner: SessionState | None = None
     entry: PendingCall | None = None
     reason: str | None = None
@@ -107,6 +111,10 @@ class _Verdict:
     """How the answer's wake-up went: ``sent`` (in the transaction), ``skipped`` (no
     workflow), ``hibernated`` (the turn has none: its continuation starts), ``unavailable``
     or ``failed`` (sent after the commit)."""
+    tally: Tally | None = None
+    """An approval's: what the answer did under the call's policy."""
+    decision: dict[str, Any] | None = None
+    """An approval's answer as validated (before the quorum's bookkeeping)."""
 
 
 def _route(sub: Submission, root: SessionState) -> _Verdict | str:
@@ -152,8 +160,8 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
             toolCallId=tcid,
             runId=entry.run_id,
         )
-    # An error skips validation, so it needs no agent definition (the CLI's fail-call).
-    known = sub.error is None or owner.agent_type in ctx.registry
+    # An error or a plain decision needs no agent definition (the CLI's fail-call, approve).
+    known = sub.needs_tool or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
     response = validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
@@ -161,6 +169,13 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
     at = now_ms()
     if entry.lapsed_by(at):
         return _Verdict("lapsed", owner, entry, at=at)
+    if entry.kind == "approval":
+        # Who decides, checked against the call's policy; counted towards its quorum.
+        who = sub.decider or IN_PROCESS
+        check_decider(entry, owner.principal, who, at)
+        counted = tally(entry, response, who, at)
+        outcome = "accepted" if counted.effect == "decided" else counted.effect
+        return _Verdict(outcome, owner, entry, at=at, tally=counted, decision=response)
     entry.submitted_at = at
     entry.response = response
     return _Verdict("accepted", owner, entry, at=at)
@@ -191,6 +206,13 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
     verdict = await ctx.store.transact(_StoreAndWake(ctx, sub))
     if verdict.outcome == "accepted":
         return await _accepted(ctx, sub, verdict)
+    if verdict.outcome in ("counted", "repeat"):
+        assert verdict.entry is not None
+        waiting = Continuation(kind="awaiting_quorum")
+        answer = SubmitAnswer(
+            status="accepted", continuation=waiting, tool_call_id=sub.tool_call_id
+        )
+        return answer, verdict.entry.tool_name
     if verdict.outcome == "duplicate":
         assert verdict.owner is not None and verdict.entry is not None
         return await _duplicate(ctx, verdict.owner, verdict.entry), verdict.entry.tool_name
@@ -222,6 +244,8 @@ class _StoreAndWake:
         """Store the answer on ``owner_id``'s row (a pure mutation: it may run again)."""
         owner = states[owner_id]
         verdict = _store_answer(self._sub, self._ctx, owner)
+        if verdict.outcome == "counted":
+            return verdict  # stored; the call waits for the rest of its quorum
         if verdict.outcome != "accepted":
             raise NoChange(verdict)
         assert verdict.entry is not None
@@ -262,11 +286,24 @@ class _StoreAndWake:
 
     async def __call__(self) -> _Verdict:
         saved, verdict = await self._store()
-        if verdict.outcome != "accepted":
+        if verdict.outcome not in ("accepted", "counted"):
             return verdict
         assert verdict.owner is not None and verdict.entry is not None
         owner = saved[verdict.owner.session_id]
         tcid = self._sub.tool_call_id
+        if verdict.tally is not None and verdict.decision is not None:
+            # Who decided, on record in the answer's transaction (``store/decisions.py``).
+            row = decisions.answer_row(
+                owner,
+                owner.pending[tcid],
+                self._sub.decider or IN_PROCESS,
+                verdict.tally,
+                verdict.decision,
+                verdict.at,
+            )
+            await decisions.queue([row])
+        if verdict.outcome == "counted":
+            return _Verdict("counted", owner, owner.pending[tcid], at=verdict.at)
         # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
         await notes.write(
             notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False

@@ -71,6 +71,36 @@ class PendingApproval:
     """When it expires, epoch milliseconds."""
     age_ms: int
     """How long it has waited, at the time of the listing."""
+    policy: dict[str, Any] | None = None
+    """The call's approval policy and its quorum's state (``core/approval_policy.py``);
+    ``None``: one approver, anyone."""
+
+    @property
+    def quorum(self) -> dict[str, Any] | None:
+        """A quorum's progress, ``{approvals, needed, approvers, text}`` (``text``: ``1 of 2``),
+        with an escalation's ``escalateAt`` and ``escalated`` (as of the listing); ``None``
+        without a policy."""
+        if self.policy is None:
+            return None
+        votes = self.policy.get("votes") or []
+        needed = int(self.policy.get("quorum", 1))
+        out: dict[str, Any] = {
+            "approvals": len(votes),
+            "needed": needed,
+            "approvers": [v.get("principal") for v in votes],
+            "text": f"{len(votes)} of {needed}",
+            "fourEyes": bool(self.policy.get("fourEyes")),
+        }
+        if self.policy.get("roles"):
+            out["roles"] = self.policy["roles"]
+        escalate_at = self.policy.get("escalateAt")
+        if escalate_at is not None:
+            out.update(
+                escalateAt=escalate_at,
+                escalateTo=self.policy.get("escalateTo"),
+                escalated=self.created_at + self.age_ms >= escalate_at,
+            )
+        return out
 
     def dump(self) -> dict[str, Any]:
         """The wire form (camelCase)."""
@@ -89,6 +119,7 @@ class PendingApproval:
             "createdAt": self.created_at,
             "deadlineAt": self.deadline_at,
             "ageMs": self.age_ms,
+            "quorum": self.quorum,
         }
 
 
@@ -120,6 +151,9 @@ class ApprovalQuery:
     deadline_before: int | None = None
     limit: int = APPROVALS_PAGE_DEFAULT
     cursor: str | None = None
+    viewer: str | None = None
+    """The principal who asks: an approval four eyes bar it from deciding (its own session's)
+    is not offered to it."""
 
 
 def encode_cursor(key: tuple[int, str, str]) -> str:
@@ -167,6 +201,9 @@ def inbox_statement(query: ApprovalQuery, now: int) -> sa.Select[Any]:
         select = select.where(c.registered_at <= now - query.older_than_ms)
     if query.deadline_before is not None:
         select = select.where(c.deadline_at < query.deadline_before)
+    if query.viewer is not None:
+        barred = c.barred_principal
+        select = select.where(sa.or_(barred.is_(None), barred != query.viewer))
     if query.cursor is not None:
         select = select.where(sa.tuple_(*_ORDER) > sa.tuple_(*decode_cursor(query.cursor)))
     return select.order_by(*_ORDER)
@@ -174,7 +211,7 @@ def inbox_statement(query: ApprovalQuery, now: int) -> sa.Select[Any]:
 
 def _approval(row: Any, now: int) -> PendingApproval:
     m = row._mapping
-    value = m["input"]
+    value, policy = m["input"], m["policy"]
     return PendingApproval(
         approval_id=m["approval_id"],
         tool_call_id=m["tool_call_id"],
@@ -190,6 +227,7 @@ def _approval(row: Any, now: int) -> PendingApproval:
         created_at=int(m["registered_at"]),
         deadline_at=int(m["deadline_at"]),
         age_ms=max(0, now - int(m["registered_at"])),
+        policy=json.loads(policy) if isinstance(policy, str) else policy,
     )
 
 
