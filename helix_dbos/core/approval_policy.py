@@ -46,10 +46,17 @@ __all__ = [
 ]
 
 Credential = Literal[
-    "hook", "session_token", "approver_token", "operator_cli", "in_process", "deadline"
+    "hook",
+    "session_token",
+    "approver_token",
+    "operator_cli",
+    "in_process",
+    "deadline",
+    "unauthenticated",
 ]
 """How the decider was established: the app's authenticate hook, a session token, an approver
-token, the operator's CLI, the in-process Python API, or the deadline (an expiry's policy)."""
+token, the operator's CLI, the in-process Python API, the deadline (an expiry's policy), or
+nothing (routes served with ``allow_unauthenticated``)."""
 CREDENTIALS: tuple[str, ...] = (
     "hook",
     "session_token",
@@ -57,6 +64,7 @@ CREDENTIALS: tuple[str, ...] = (
     "operator_cli",
     "in_process",
     "deadline",
+    "unauthenticated",
 )
 
 

@@ -37,7 +37,13 @@ from ..errors import InvalidResultError, RequestValidationError
 from ..observability.log import set_service_name
 from ..runtime.runtime import AgentRuntime, TurnHandle
 from ..runtime.submit import Submission, precheck
-from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
+from .auth import (
+    AuthHook,
+    refuse_unless_authenticated,
+    request_decider,
+    run_authenticate,
+    set_request_context,
+)
 from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, parse_json, read_body
 from .body import validate_body as _validate
 from .limits import SlidingWindowLimiter
@@ -295,6 +301,8 @@ class RouteContext:
             for sub in answers:
                 extra = {f.name: getattr(sub, f.name) for f in fields(sub)}
                 del extra["session_id"], extra["tool_call_id"]
+                # The decider is the credential's, never the body's (``auth.request_decider``).
+                extra["decider"] = request_decider()
                 out.append(
                     await self.runtime.submit_tool_result(sub.session_id, sub.tool_call_id, **extra)
                 )
