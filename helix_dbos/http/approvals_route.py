@@ -219,6 +219,14 @@ def create_approvals_router(api: RouteContext) -> APIRouter:
         )
         return JSONResponse(page.dump())
 
+    _decisions_route(router, api)
+    return router
+
+
+def _decisions_route(router: APIRouter, api: RouteContext) -> None:
+    """``GET /approvals/decisions``: the decision record over HTTP, scoped like the inbox."""
+    runtime = api.runtime
+
     @router.get(
         "/approvals/decisions",
         summary="List the decision record: who answered which approval, newest first",
@@ -265,5 +273,3 @@ def create_approvals_router(api: RouteContext) -> APIRouter:
             cursor=cursor,
         )
         return JSONResponse((await list_decisions(runtime.store, query)).dump())
-
-    return router
