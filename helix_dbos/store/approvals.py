@@ -31,6 +31,7 @@ __all__ = [
     "SessionOwner",
     "decode_cursor",
     "encode_cursor",
+    "find_approval",
     "inbox_statement",
     "list_approvals",
     "session_owner",
@@ -258,6 +259,15 @@ async def list_approvals(store: SessionStore, query: ApprovalQuery, now: int) ->
     last = page[-1] if page and more else None
     cursor = encode_cursor((last.created_at, last.session_id, last.tool_call_id)) if last else None
     return ApprovalPage(page, cursor)
+
+
+async def find_approval(store: SessionStore, approval_id: str, now: int) -> PendingApproval | None:
+    """The pending approval ``approval_id`` names, if it is in the inbox now (``None``: no
+    such approval waits: answered, lapsed, stopped, or never)."""
+    select = sa.select(approvals).where(approvals.c.approval_id == approval_id)
+    async with store.transaction() as conn:
+        row = (await conn.execute(select)).first()
+    return None if row is None else _approval(row, now)
 
 
 async def session_owner(store: SessionStore, session_id: str) -> SessionOwner | None:
