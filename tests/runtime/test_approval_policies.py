@@ -20,7 +20,7 @@ from helix_dbos.core.session import args_digest
 from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ApprovalForbiddenError, ApprovalMismatchError, ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, Notification
 from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from tests.support.bank import ARGS, Bank, Transfer
@@ -217,18 +217,42 @@ async def escalated(rt: AgentRuntime, a: PendingApproval) -> bool:
 async def test_escalation_lets_a_further_group_answer(make_runtime: Any) -> None:
     bank = Bank()
     rt = await make_runtime([treasurer(bank)])
+    told: list[Notification] = []
+    rt.on_escalated(told.append)
+    rt.configure_notifications(poll_seconds=0.1)
     a = await parked(rt, "escalating")
     assert a.quorum is not None and a.quorum["escalated"] is False
     with pytest.raises(ApprovalForbiddenError):
         await decide(rt, a, finance("cfo-ann", "cfo"))  # not yet
     escalate_at = a.quorum["escalateAt"]
-    while not await escalated(rt, a):
+    while not await escalated(rt, a) or not told:
         await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)  # a second delivery would come within the poll
+    (note,) = told  # the hook fired once, with the escalation
+    assert (note.kind, note.approval_id, note.data["escalateTo"]) == (
+        "escalated",
+        a.approval_id,
+        ["cfo"],
+    )
+    assert note.at == escalate_at
     assert (await decide(rt, a, finance("cfo-ann", "cfo"))).status == "accepted"
     end = await tool_end(rt, a.root_session_id)
     assert end["decider"]["roles"] == ["cfo"]
     (row,) = await record(rt, a)
     assert row["decidedAt"] >= escalate_at and bank.runs == [ARGS]
+    assert len(told) == 1
+
+
+async def test_an_escalation_answered_before_it_is_due_tells_nobody(make_runtime: Any) -> None:
+    rt = await make_runtime([treasurer(Bank())])
+    told: list[Notification] = []
+    rt.on_escalated(told.append)
+    rt.configure_notifications(poll_seconds=0.1)
+    a = await parked(rt, "escalating")
+    await decide(rt, a, finance("bob"))
+    await rt.wait(a.root_session_id, timeout=SETTLE_SECONDS)
+    await asyncio.sleep(2.5)  # past the escalation's time
+    assert told == []
 
 
 @pytest.mark.parametrize("policy", ["deny", "approve", "error"])
