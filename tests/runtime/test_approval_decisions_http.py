@@ -18,9 +18,10 @@ from starlette.requests import Request
 
 from helix_dbos.http import SessionTokens, create_router, install_error_handlers
 from helix_dbos.runtime import AgentRuntime
-from tests.runtime.test_approval_policies import SETTLE_SECONDS, treasurer
+from tests.runtime.test_approval_policies import SETTLE_SECONDS
 from tests.support.asgi import client_for
 from tests.support.bank import ARGS, Bank
+from tests.support.treasury import treasurer
 
 SECRET = "s" * 40
 
