@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 
 from helix_dbos.core.approval_policy import ApprovalPolicy, Decider
@@ -20,6 +21,7 @@ from helix_dbos.errors import ApprovalForbiddenError, ApprovalMismatchError, Too
 from helix_dbos.runtime import AgentRuntime, Notification
 from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
+from tests.runbook_sql import runbook_sql
 from tests.support.bank import ARGS, Bank, Transfer
 from tests.support.treasury import finance, treasurer
 
@@ -93,7 +95,7 @@ async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -
     assert (row["ownerPrincipal"], row["argsDigest"]) == ("ada", a.args_digest)
 
 
-async def test_two_of_three_counts_each_approver_once(make_runtime: Any) -> None:
+async def test_two_of_three_counts_each_approver_once(make_runtime: Any, db_url: str) -> None:
     bank = Bank()
     rt = await make_runtime([treasurer(bank)])
     a = await parked(rt, "two_of_three")
@@ -119,6 +121,15 @@ async def test_two_of_three_counts_each_approver_once(make_runtime: Any) -> None
         ("bob", 1, 2, False),
         ("cy", 2, 2, True),
     ]
+    if db_url.startswith("postgresql"):
+        # The runbook's "who approved what, this month" finds both, newest first.
+        _, sql = runbook_sql()["decisions-this-month"]
+        with psycopg.connect(db_url) as conn:
+            month = conn.execute(sql).fetchall()
+        assert [(r[2], r[3], r[4], r[5], r[7], r[9]) for r in month] == [
+            (a.approval_id, "approved", True, 2, "cy", "hook"),
+            (a.approval_id, "approved", False, 1, "bob", "hook"),
+        ]
 
 
 async def test_one_denial_denies_under_a_quorum(make_runtime: Any) -> None:

@@ -40,6 +40,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "timeoutSeconds": "optional",
         "onTimeout": "optional",
         "remindBefore": "optional",
+        "approvalPolicy": "optional",
     },
     records.ModelStepResult: {
         "response": "required",
@@ -66,6 +67,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "deadlineAt": "optional",
         "runInput": "optional",
         "onTimeout": "optional",
+        "decidedBy": "optional",
     },
     records.CollectedAnswers: {"answers": "required", "abandon": "required"},
     records.CommittedResults: {"results": "required", "stashedMessage": "required"},
