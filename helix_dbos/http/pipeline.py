@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastapi import Path, Query
@@ -294,6 +294,9 @@ class RouteContext:
             # budget of someone else's session.
             self.limiter.hit(answers[0].session_id, len(answers))
         out: list[SubmitAnswer] = []
+        # The decider is the credential's, never the body's (``auth.request_decider``).
+        decider = request_decider()
+        answers = [replace(sub, decider=decider) for sub in answers]
         with self._submit_errors(message):
             if len(answers) > 1:
                 for sub in answers:
@@ -301,8 +304,6 @@ class RouteContext:
             for sub in answers:
                 extra = {f.name: getattr(sub, f.name) for f in fields(sub)}
                 del extra["session_id"], extra["tool_call_id"]
-                # The decider is the credential's, never the body's (``auth.request_decider``).
-                extra["decider"] = request_decider()
                 out.append(
                     await self.runtime.submit_tool_result(sub.session_id, sub.tool_call_id, **extra)
                 )

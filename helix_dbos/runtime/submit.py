@@ -92,6 +92,8 @@ async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
     validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
     )
+    if entry.kind == "approval":  # the policy's refusals, before any answer is stored
+        check_decider(entry, owner.principal, sub.decider or IN_PROCESS, now_ms())
 
 
 @dataclass(frozen=True, slots=True)

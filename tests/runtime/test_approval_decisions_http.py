@@ -97,15 +97,18 @@ async def test_the_decider_is_the_credentials_and_four_eyes_refuse(make_runtime:
     rt = await make_runtime([treasurer(bank)])
     async with client_for(app_for(rt, SessionTokens(SECRET))) as web:
         a = await start(web, "four_eyes", owner="ada")
-        # ada's own approval: refused, typed; a body naming someone else changes nothing.
-        forged = answer(a, principal="bob", decider={"principal": "bob"})
-        refused = await web.post("/users/submit-tool-result", json=forged, headers=who("ada"))
-        assert refused.status_code in (400, 403), refused.text
+        # A body that names another decider is refused as a body (no such field), and
+        # stores nothing; without it, ada's own approval is refused, typed.
+        for forged in (answer(a, principal="bob"), answer(a, decider={"principal": "bob"})):
+            refused = await web.post("/users/submit-tool-result", json=forged, headers=who("ada"))
+            assert (refused.status_code, refused.json()["code"]) == (400, "validation_error")
         own = await web.post("/users/submit-tool-result", json=answer(a), headers=who("ada"))
         assert own.status_code == 403 and own.json()["code"] == "approval_self_decision"
         # The inbox does not offer it to ada, even as an approver of her tenant.
         mine = await web.get("/users/approvals", headers=who("ada"))
         assert mine.json()["approvals"] == []
+        nothing = await web.get("/users/approvals/decisions", headers=who("ada", None))
+        assert nothing.json()["decisions"] == []
         taken = await web.post("/users/submit-tool-result", json=answer(a), headers=who("bob"))
         assert taken.status_code == 200 and taken.json()["status"] == "accepted", taken.text
         end = await ended(rt, a["rootSessionId"])

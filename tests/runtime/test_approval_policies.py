@@ -19,6 +19,7 @@ from helix_dbos.core.session import args_digest
 from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ApprovalForbiddenError, ApprovalMismatchError, ToolDefinitionError
 from helix_dbos.runtime import AgentRuntime, Notification
+from helix_dbos.runtime.submit import Submission, precheck
 from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from tests.runbook_sql import runbook_sql
@@ -72,6 +73,17 @@ async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -
     with pytest.raises(ApprovalForbiddenError) as anonymous:
         await decide(rt, a, Decider())  # no principal: it cannot be told apart from ada
     assert anonymous.value.code == "approval_decider_unknown"
+    # A request of several answers is checked whole first: the same refusal, nothing stored.
+    own = Submission(
+        a.root_session_id,
+        a.tool_call_id,
+        "approval-response",
+        approval_id=a.approval_id,
+        approved=True,
+        decider=finance("ada"),
+    )
+    with pytest.raises(ApprovalForbiddenError):
+        await precheck(rt.ctx, own)
     # The inbox does not offer it to ada; bob sees it.
     assert (await rt.approvals(viewer="ada")).approvals == []
     assert [x.approval_id for x in (await rt.approvals(viewer="bob")).approvals] == [a.approval_id]
