@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ApprovalForbiddenError, ErrorCode, ToolDefinitionError
+from .events import event
 from .session import PendingCall, args_digest
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Tally",
     "check_decider",
     "check_policy",
+    "counted_event",
     "current_digest",
     "eligible_roles",
     "entry_policy",
@@ -303,6 +305,22 @@ def tally(entry: PendingCall, decision: dict[str, Any], who: Decider, at: int) -
     if need > 1:
         decision = {**decision, "approvers": [v.get("principal") for v in votes]}
     return _decided(entry, decision, who, at, Tally("decided", len(votes), need, digest, edited))
+
+
+def counted_event(entry: PendingCall) -> dict[str, Any]:
+    """The ``tool_approval_counted`` event of an approval a quorum counted (the stream shows
+    the quorum's progress)."""
+    votes, needed = quorum_state(entry)
+    return event(
+        "tool_approval_counted",
+        toolCallId=entry.tool_call_id,
+        toolName=entry.tool_name,
+        approvalId=entry.approval_id,
+        approvals=votes,
+        needed=needed,
+        approvers=[v.get("principal") for v in (entry.policy or {}).get("votes", [])],
+        argsDigest=current_digest(entry),
+    )
 
 
 def _decided(

@@ -302,6 +302,7 @@ def start_events(plan: list[PlanItem], entries: dict[str, PendingCall]) -> list[
                     approvalId=entry.approval_id,
                     argsDigest=entry.args_digest,
                     deadlineAt=entry.deadline_at,
+                    **({"policy": entry.policy} if entry.policy else {}),
                 )
             )
         else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..core.approval_policy import IN_PROCESS, Tally, check_decider, tally
+from ..core.approval_policy import IN_PROCESS, Tally, check_decider, counted_event, tally
 from ..core.session import (
     Continuation,
     PendingCall,
@@ -305,7 +305,12 @@ class _StoreAndWake:
             )
             await decisions.queue([row])
         if verdict.outcome == "counted":
-            return _Verdict("counted", owner, owner.pending[tcid], at=verdict.at)
+            entry = owner.pending[tcid]
+            # The stream shows the quorum's progress, committed with the approval it counts.
+            await self._ctx.store.append_events(
+                owner.session_id, entry.run_id, [counted_event(entry)]
+            )
+            return _Verdict("counted", owner, entry, at=verdict.at)
         # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
         await notes.write(
             notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False

@@ -92,6 +92,8 @@ class PendingApproval:
             "text": f"{len(votes)} of {needed}",
             "fourEyes": bool(self.policy.get("fourEyes")),
         }
+        if "editedInput" in self.policy:
+            out["edited"] = True  # ``input`` and ``argsDigest`` are the edit's
         if self.policy.get("roles"):
             out["roles"] = self.policy["roles"]
         escalate_at = self.policy.get("escalateAt")
@@ -213,12 +215,15 @@ def inbox_statement(query: ApprovalQuery, now: int) -> sa.Select[Any]:
 def _approval(row: Any, now: int) -> PendingApproval:
     m = row._mapping
     value, policy = m["input"], m["policy"]
+    policy = json.loads(policy) if isinstance(policy, str) else policy
+    edited = policy is not None and "editedInput" in policy
     return PendingApproval(
         approval_id=m["approval_id"],
         tool_call_id=m["tool_call_id"],
         tool_name=m["tool_name"],
-        input=json.loads(value) if isinstance(value, str) else value,
-        args_digest=m["args_digest"],
+        # Under a quorum an edit rebinds the approval: what is approved now is the edit.
+        input=policy["editedInput"] if edited else _json(value),
+        args_digest=policy["digest"] if edited else m["args_digest"],
         session_id=m["session_id"],
         root_session_id=m["root_session_id"],
         run_id=m["run_id"],
@@ -228,8 +233,12 @@ def _approval(row: Any, now: int) -> PendingApproval:
         created_at=int(m["registered_at"]),
         deadline_at=int(m["deadline_at"]),
         age_ms=max(0, now - int(m["registered_at"])),
-        policy=json.loads(policy) if isinstance(policy, str) else policy,
+        policy=policy,
     )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _check(query: ApprovalQuery) -> None:

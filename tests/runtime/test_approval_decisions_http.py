@@ -18,12 +18,13 @@ from starlette.requests import Request
 
 from helix_dbos.http import SessionTokens, create_router, install_error_handlers
 from helix_dbos.runtime import AgentRuntime
-from tests.runtime.test_approval_policies import SETTLE_SECONDS
 from tests.support.asgi import client_for
 from tests.support.bank import ARGS, Bank
 from tests.support.treasury import treasurer
 
 SECRET = "s" * 40
+#: Bounds for what happens on its own (a turn ending): far above what it needs.
+SETTLE_SECONDS = 30.0
 
 
 def hook(request: Request, operation: str) -> Any:

@@ -13,11 +13,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from ag_ui.core import CustomEvent
 
 from helix_dbos.core.approval_policy import ApprovalPolicy, Decider
 from helix_dbos.core.session import args_digest
 from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ApprovalForbiddenError, ApprovalMismatchError, ToolDefinitionError
+from helix_dbos.http.agui_events import AguiRun
+from helix_dbos.http.ui_stream import UIMessageStream
 from helix_dbos.runtime import AgentRuntime, Notification
 from helix_dbos.runtime.submit import Submission, precheck
 from helix_dbos.store.approvals import PendingApproval
@@ -127,6 +130,17 @@ async def test_two_of_three_counts_each_approver_once(make_runtime: Any, db_url:
     assert second.continuation.kind in ("new_run", "caller_resumes")
     end = await tool_end(rt, a.root_session_id)
     assert end["decider"]["principal"] == "cy" and end["decider"]["approvers"] == ["bob", "cy"]
+    # The stream showed the policy with the request, and the quorum's progress once.
+    events = await rt.store.read_events(a.root_session_id, 0)
+    (request,) = [e.data for e in events if e.type == "tool_approval_request"]
+    assert request["policy"] == {"fourEyes": True, "quorum": 2, "roles": ["finance"]}
+    (progress,) = [e.data for e in events if e.type == "tool_approval_counted"]
+    assert (progress["approvals"], progress["needed"], progress["approvers"]) == (1, 2, ["bob"])
+    chunks = UIMessageStream("m").translate({"type": "tool_approval_counted", "data": progress})
+    assert chunks[-1] == {"type": "data-approval-quorum", "data": progress}
+    (custom,) = AguiRun("t", "r").translate({"type": "tool_approval_counted", "data": progress})
+    assert isinstance(custom, CustomEvent)
+    assert (custom.name, custom.value) == ("helix.approval_quorum", progress)
     assert bank.runs == [ARGS]
     rows = await record(rt, a)
     assert [(r["principal"], r["votes"], r["quorum"], r["final"]) for r in rows] == [
@@ -170,6 +184,9 @@ async def test_an_edit_restarts_the_quorum_on_the_new_arguments(make_runtime: An
     assert counted.continuation.kind == "awaiting_quorum"  # bob's approval was of other args
     (listed,) = (await rt.approvals(session_id=a.root_session_id)).approvals
     assert listed.quorum is not None and listed.quorum["approvers"] == ["cy"]
+    # The inbox offers the edited arguments: what an approver approves now.
+    assert (listed.input, listed.args_digest) == (edited, args_digest(a.tool_name, edited))
+    assert listed.quorum["edited"] is True
     with pytest.raises(ApprovalMismatchError):  # shown the call's own arguments: stale
         await decide(rt, a, finance("bob"), shown_input=ARGS)
     await decide(rt, a, finance("bob"), shown_input=edited)
