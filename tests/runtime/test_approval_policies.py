@@ -69,6 +69,9 @@ async def tool_end(rt: AgentRuntime, session_id: str) -> dict[str, Any]:
 async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -> None:
     bank = Bank()
     rt = await make_runtime([treasurer(bank)])
+    resolved: list[Notification] = []
+    rt.on_resolved(resolved.append)
+    rt.configure_notifications(poll_seconds=0.1)
     a = await parked(rt, "four_eyes", owner="ada")
     with pytest.raises(ApprovalForbiddenError) as refused:
         await decide(rt, a, finance("ada"))
@@ -100,6 +103,10 @@ async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -
         "roles": ["finance"],
     }
     assert bank.runs == [ARGS]
+    while not resolved:
+        await asyncio.sleep(0.05)
+    (note,) = resolved  # the on_resolved hooks are told who decided
+    assert (note.outcome, note.decider) == ("answered", end["decider"])
     (row,) = await record(rt, a)
     assert (row["outcome"], row["final"], row["principal"], row["credential"]) == (
         "approved",
