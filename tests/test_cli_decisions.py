@@ -91,6 +91,9 @@ def test_the_operator_answers_and_the_record_names_it(
     assert code == EXIT_OK and "counted; its quorum waits" in out, err
     code, out, err = run(capsys, *db, "approve", "r::c0", "--as", "ops-ann")  # once only
     assert code == EXIT_OK, err
+    code, out, _ = run(capsys, *db)  # the inbox says the quorum's progress
+    inbox = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert inbox["r::c0"].endswith("1 of 2") and inbox["r::c1"].endswith("-")
     assert asyncio.run(_entry(db_url, "s0")).submitted_at is None
     code, out, err = run(capsys, *db, "approve", "r::c0", "--as", "ops-bo", "--reason", "ok")
     assert code == EXIT_OK and "approved r::c0 in s0 as ops-bo" in out, err

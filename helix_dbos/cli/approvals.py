@@ -130,7 +130,16 @@ def render_approvals(page: ApprovalPage) -> str:
     """The page as a table, oldest first, with how to get the next page."""
     if not page.approvals:
         return "no pending approvals"
-    header = ("APPROVAL", "TOOL", "SESSION", "PRINCIPAL", "TENANT", "WAITING", "EXPIRES IN")
+    header = (
+        "APPROVAL",
+        "TOOL",
+        "SESSION",
+        "PRINCIPAL",
+        "TENANT",
+        "WAITING",
+        "EXPIRES IN",
+        "QUORUM",
+    )
     rows: list[tuple[str, ...]] = [header]
     for a in page.approvals:
         rows.append(
@@ -142,6 +151,7 @@ def render_approvals(page: ApprovalPage) -> str:
                 a.tenant or "-",
                 span(a.age_ms / 1000),
                 span((a.deadline_at - a.created_at - a.age_ms) / 1000),
+                a.quorum["text"] if a.quorum and a.quorum["needed"] > 1 else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
