@@ -29,6 +29,7 @@ logger = logging.getLogger("helix_dbos")
 EVENT_LEVELS: dict[str, int] = {
     "client_tool.suspended": logging.DEBUG,
     "client_tool.submitted": logging.DEBUG,
+    "approval.decided": logging.INFO,
     "client_tool.timeout": logging.WARNING,
     "client_tool.aborted": logging.WARNING,
     "client_tool.validation_failed": logging.WARNING,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ..core.approval_policy import Decider, current_digest
+from ..core.approval_policy import IN_PROCESS, Decider, Tally, current_digest
 from ..core.session import PendingCall, args_digest
 from ..errors import (
     ApprovalMismatchError,
@@ -27,7 +27,14 @@ from ..errors import (
 from ..observability.log import describe_issues, log_event
 from .context import RuntimeContext
 
-__all__ = ["MISSING", "Submission", "check_shape", "measure_result_bytes", "validated_response"]
+__all__ = [
+    "MISSING",
+    "Submission",
+    "check_shape",
+    "log_decision",
+    "measure_result_bytes",
+    "validated_response",
+]
 
 
 class _Missing:
@@ -195,6 +202,26 @@ def validated_response(
             ) from None
         decision["editedInput"] = sub.edited_input
     return decision
+
+
+def log_decision(
+    sub: Submission, entry: PendingCall, tally: Tally, decision: dict[str, Any]
+) -> None:
+    """The log line of an approval's answer on record (after its commit)."""
+    who = sub.decider or IN_PROCESS
+    log_event(
+        "approval.decided",
+        sessionId=sub.session_id,
+        toolCallId=sub.tool_call_id,
+        toolName=entry.tool_name,
+        approvalId=entry.approval_id,
+        approved=bool(decision.get("approved")),
+        final=tally.effect == "decided",
+        votes=tally.votes,
+        quorum=tally.quorum,
+        principal=who.principal,
+        credential=who.credential,
+    )
 
 
 def scrub(ctx: RuntimeContext, text: str) -> str:

@@ -12,7 +12,7 @@ answer says what the stored result caused (its continuation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..core.approval_policy import IN_PROCESS, Tally, check_decider, counted_event, tally
@@ -36,7 +36,14 @@ from .continuation import start_continuation
 from .entry import ACTIVE_STATUSES
 from .hibernation import mark_of, on_answer
 from .records import TurnMessage
-from .submission import MISSING, Submission, check_shape, measure_result_bytes, validated_response
+from .submission import (
+    MISSING,
+    Submission,
+    check_shape,
+    log_decision,
+    measure_result_bytes,
+    validated_response,
+)
 from .wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 
 __all__ = [
@@ -114,9 +121,8 @@ class _Verdict:
     workflow), ``hibernated`` (the turn has none: its continuation starts), ``unavailable``
     or ``failed`` (sent after the commit)."""
     tally: Tally | None = None
-    """An approval's: what the answer did under the call's policy."""
+    """An approval's: what the answer did under its policy, and the answer as validated."""
     decision: dict[str, Any] | None = None
-    """An approval's answer as validated (before the quorum's bookkeeping)."""
 
 
 def _route(sub: Submission, root: SessionState) -> _Verdict | str:
@@ -206,6 +212,9 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
     """
     check_shape(sub, ctx)
     verdict = await ctx.store.transact(_StoreAndWake(ctx, sub))
+    if verdict.tally is not None and verdict.outcome in ("accepted", "counted"):
+        assert verdict.entry is not None
+        log_decision(sub, verdict.entry, verdict.tally, verdict.decision or {})
     if verdict.outcome == "accepted":
         return await _accepted(ctx, sub, verdict)
     if verdict.outcome in ("counted", "repeat"):
@@ -310,13 +319,13 @@ class _StoreAndWake:
             await self._ctx.store.append_events(
                 owner.session_id, entry.run_id, [counted_event(entry)]
             )
-            return _Verdict("counted", owner, entry, at=verdict.at)
+            return replace(verdict, owner=owner, entry=entry)
         # The hooks' ``resolved`` event of this answer commits with it (``notes.py``).
         await notes.write(
             notes.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
         )
         sent = await self._wake(owner, verdict)
-        return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
+        return replace(verdict, owner=owner, entry=owner.pending[tcid], sent=sent)
 
     async def _wake(self, owner: SessionState, verdict: _Verdict) -> str:
         """Enlist the answer's wake-up in the transaction; how it went (``_Verdict.sent``)."""

@@ -25,6 +25,7 @@ from helix_dbos.runtime import AgentRuntime, Notification
 from helix_dbos.runtime.submit import Submission, precheck
 from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
+from helix_dbos.testing import capture_log_events
 from tests.runbook_sql import runbook_sql
 from tests.support.bank import ARGS, Bank, Transfer
 from tests.support.treasury import finance, treasurer
@@ -94,7 +95,15 @@ async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -
     assert (await rt.approvals(viewer="ada")).approvals == []
     assert [x.approval_id for x in (await rt.approvals(viewer="bob")).approvals] == [a.approval_id]
     assert await record(rt, a) == []  # a refusal records nothing
-    assert (await decide(rt, a, finance("bob"))).status == "accepted"
+    with capture_log_events() as logged:
+        assert (await decide(rt, a, finance("bob"))).status == "accepted"
+    (line,) = [e for e in logged if e["event"] == "approval.decided"]
+    assert (line["level"], line["principal"], line["credential"], line["final"]) == (
+        "INFO",
+        "bob",
+        "hook",
+        True,
+    )
     end = await tool_end(rt, a.root_session_id)
     assert end["decider"] == {
         "principal": "bob",
