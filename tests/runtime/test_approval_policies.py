@@ -306,3 +306,27 @@ def test_a_policy_is_checked_when_the_tool_is_defined() -> None:
             define(**bad)
     tool = define(require_approval=True, approval_policy=ApprovalPolicy(quorum=3, four_eyes=True))
     assert tool.approval_policy == {"fourEyes": True, "quorum": 3}
+
+
+async def test_a_quorum_waits_hibernated_and_its_last_approval_continues_it(
+    make_runtime: Any,
+) -> None:
+    """A turn hibernated at once (no workflow waits): the first approval is counted on the row
+    and starts nothing; the second completes the quorum and starts the continuation, which runs
+    the tool once."""
+    bank = Bank()
+    rt = await make_runtime([treasurer(bank)], hibernate_after_seconds=0)
+    a = await parked(rt, "two_of_three")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    while "hibernated" not in (await rt.session(a.root_session_id)).metadata:
+        assert loop.time() < deadline, "the turn did not hibernate"
+        await asyncio.sleep(0.05)
+    first = await decide(rt, a, finance("bob"))
+    assert first.continuation is not None and first.continuation.kind == "awaiting_quorum"
+    state = await rt.session(a.root_session_id)
+    assert "hibernated" in state.metadata and state.status == "suspended_client_tool"
+    assert bank.runs == []
+    await decide(rt, a, finance("cy"))
+    end = await tool_end(rt, a.root_session_id)
+    assert end["decider"]["approvers"] == ["bob", "cy"] and bank.runs == [ARGS]
