@@ -50,8 +50,8 @@ from helix_dbos.core import define_agent, define_tool
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, TurnHandle, names
-from helix_dbos.runtime.continuation import run_continuation
-from helix_dbos.runtime.hibernation import hot_window
+from helix_dbos.runtime._hibernated.continuation import run_continuation
+from helix_dbos.runtime._turn.hibernation import hot_window
 
 ADMIN = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

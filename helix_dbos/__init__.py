@@ -1,6 +1,8 @@
 """helix-dbos: a Postgres-native durable agent runtime on DBOS Transact.
 
-The public API. Definitions and errors import eagerly (pure Python and pydantic); the runtime,
+The public API: what an application imports comes from here (``helix_dbos.core`` defines the
+definitions and data, and every name of its ``__all__`` is here too). Definitions and errors
+import eagerly (pure Python and pydantic); the runtime,
 the HTTP layer and settings import on first use, so ``import helix_dbos.core`` stays light.
 """
 
@@ -8,21 +10,40 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .core import (
+    COMPANION_NOT_DELIVERED_REASONS,
+    DEFAULT_CLIENT_TOOL_TIMEOUT,
+    DEFAULT_TOMBSTONE_RETENTION,
+    LLM,
     RESERVED_TOOL_NAME_PREFIXES,
     Agent,
     AgentRegistry,
+    ApprovalPolicy,
+    Companion,
+    CompanionDeliveryOutcome,
+    Continuation,
+    Decider,
+    DefaultResult,
+    LLMRequest,
+    LLMResponse,
     Message,
+    PendingCall,
+    SessionState,
+    SubmitAnswer,
+    Tombstone,
     Tool,
     ToolCall,
+    ToolSchema,
+    Usage,
+    as_companion,
     define_agent,
     define_tool,
     subagent_tool,
 )
 from .core.humanize import humanize_client_tool_error, set_client_tool_error_humanizer
+from .core.llm import TextSink
 from .errors import ErrorCode, HelixError, is_client_tool_error_code, is_known_error_code
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .config import HelixSettings
@@ -38,18 +59,38 @@ _LAZY = {
 }
 
 __all__ = [
-    "RESERVED_TOOL_NAME_PREFIXES",
     "Agent",
     "AgentRegistry",
     "AgentRuntime",
+    "ApprovalPolicy",
+    "COMPANION_NOT_DELIVERED_REASONS",
+    "Companion",
+    "CompanionDeliveryOutcome",
+    "Continuation",
+    "DEFAULT_CLIENT_TOOL_TIMEOUT",
+    "DEFAULT_TOMBSTONE_RETENTION",
+    "Decider",
+    "DefaultResult",
     "ErrorCode",
     "HelixError",
     "HelixSettings",
+    "LLM",
+    "LLMRequest",
+    "LLMResponse",
     "Message",
+    "PendingCall",
+    "RESERVED_TOOL_NAME_PREFIXES",
+    "SessionState",
+    "SubmitAnswer",
+    "TextSink",
+    "Tombstone",
     "Tool",
     "ToolCall",
+    "ToolSchema",
     "TurnHandle",
+    "Usage",
     "__version__",
+    "as_companion",
     "create_app",
     "create_router",
     "define_agent",

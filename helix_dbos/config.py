@@ -188,12 +188,18 @@ def _number_values(env: Mapping[str, str]) -> dict[str, object]:
         ConfigError: a variable that does not parse as its number.
     """
     values: dict[str, object] = {}
-    try:
-        for var, (name, parse) in _NUMBER_VARS.items():
-            if env.get(var):
-                values[name] = parse(env[var])
-    except ValueError as exc:
-        raise ConfigError(f"A HELIX_* number is not a number: {exc}") from None
+    for var, (name, parse) in _NUMBER_VARS.items():
+        if not env.get(var):
+            continue
+        try:
+            values[name] = parse(env[var].strip())
+        except ValueError:
+            kind = "a whole number" if parse is int else "a number of seconds"
+            if parse is _seconds_or_never:
+                kind += " or never"
+            raise ConfigError(
+                f"{var}={env[var]!r} is not {kind}", variable=var, value=env[var]
+            ) from None
     return values
 
 

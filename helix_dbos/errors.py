@@ -28,6 +28,7 @@ Every error pickles through its fields (DBOS pickles exceptions that leave a ste
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -240,6 +241,9 @@ class RequestValidationError(HelixError):
 
     code = ErrorCode.VALIDATION_ERROR
     http_status = 400
+    issues: Sequence[Mapping[str, Any]] = ()
+    """A body that failed its schema: pydantic's findings, without the input (the HTTP answer
+    names their fields, ``field`` and ``fields``; the log says why)."""
 
 
 class InvalidResultError(HelixError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
 from .core.agents import Agent, AgentRegistry
 from .errors import ConfigError
@@ -52,9 +53,31 @@ def _import(module_name: str, spec: str) -> object:
             raise ConfigError(f"No module {module_name!r} to import for APP {spec!r}") from None
         raise ConfigError(f"Importing {module_name!r} failed: {exc}") from None
     except Exception as exc:
+        where = _where_raised(exc)
         raise ConfigError(
-            f"Importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"Importing {module_name!r} failed{where}: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def _where_raised(exc: BaseException) -> str:
+    """`` at path:line (in function)`` for where ``exc`` was raised: the innermost frame of its
+    traceback that is not the import machinery (a syntax error's own file and line), or ``""``.
+    A path under the working directory is shown relative to it."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" at {_shown_path(exc.filename)}:{exc.lineno}"
+    frame = None
+    for summary in traceback.extract_tb(exc.__traceback__):
+        if not summary.filename.startswith("<frozen ") and "importlib" not in summary.filename:
+            frame = summary
+    if frame is None:
+        return ""
+    function = "" if frame.name == "<module>" else f" (in {frame.name})"
+    return f" at {_shown_path(frame.filename)}:{frame.lineno}{function}"
+
+
+def _shown_path(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _agents_of(target: object, spec: str) -> list[Agent]:
@@ -74,9 +97,14 @@ def _agents_of(target: object, spec: str) -> list[Agent]:
         agents = list(target)
     else:
         raise ConfigError(
-            f"APP {spec!r} is a {type(target).__name__}: expected an Agent, a list of agents "
+            f"APP {spec!r} is {_a(type(target).__name__)}: expected an Agent, a list of agents "
             "or an AgentRegistry"
         )
     if not agents:
         raise ConfigError(f"APP {spec!r} names no agents")
     return agents
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: ``an int``, ``a dict``."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

@@ -4,7 +4,8 @@
     python scripts/check_size.py --update   tighten the baseline: shrink or drop entries, never add
     python scripts/check_size.py --init     write the first baseline (only when there is none)
 
-The limits: a module of at most 500 lines, a function (or method) of at most 80 lines, and a
+The limits: a module of at most 1,000 lines (a guard against the sprawling module: a module is
+one idea, and is never split to meet the number), a function (or method) of at most 80 lines, and a
 function of cyclomatic complexity at most 15 (radon's measure). Code that broke a limit when the
 check came in is listed in ``.ci/size_baseline.json`` with its measure then. The check fails
 when code not listed breaks a limit, when a listed entry grows past its recorded measure, or when
@@ -49,7 +50,7 @@ class Limit:
 
 
 LIMITS = (
-    Limit("module_lines", "lines", 500),
+    Limit("module_lines", "lines", 1000),
     Limit("function_lines", "lines", 80),
     Limit("complexity", "cyclomatic complexity", 15),
 )

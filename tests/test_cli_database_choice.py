@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +106,53 @@ def test_the_default_file_wins_over_the_demos_when_both_exist(
     out, err = capsys.readouterr()
     assert [row["sessionId"] for row in json.loads(out)] == ["ses_default"]
     assert err == ""
+
+
+def test_migrate_follows_the_same_rule_as_the_readers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Run where only the demo's file is, ``migrate`` migrates it (and says so): it creates no
+    empty ``helix.sqlite`` that every later ``sessions`` would read instead."""
+    _database_with_one_session("sqlite:///demo.sqlite", "ses_demo")
+    capsys.readouterr()
+    assert main(["migrate"]) == 0
+    out, err = capsys.readouterr()
+    assert "in sqlite:///demo.sqlite" in out
+    assert _one_line(err).startswith("helix-dbos migrate: using sqlite:///demo.sqlite")
+    assert not (tmp_path / "helix.sqlite").exists()
+    assert main(["sessions", "--json"]) == 0
+    assert [row["sessionId"] for row in json.loads(capsys.readouterr().out)] == ["ses_demo"]
+
+
+def test_migrate_in_an_empty_directory_creates_the_default_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["migrate"]) == 0
+    out, err = capsys.readouterr()
+    assert "in sqlite:///helix.sqlite" in out and err == ""
+    assert (tmp_path / "helix.sqlite").exists()
+
+
+def test_serve_follows_the_same_rule(tmp_path: Path) -> None:
+    """``serve`` with no ``HELIX_DATABASE_URL`` where only the demo's file is says it uses it
+    (here the port is taken, so it stops right after, before touching the database)."""
+    _database_with_one_session("sqlite:///demo.sqlite", "ses_demo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HELIX_", "DBOS_"))}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "helix_dbos.cli", "serve", "--allow-unauthenticated"]
+            + ["--port", str(port)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    first, second = done.stderr.strip().splitlines()
+    assert first.startswith("helix-dbos serve: using sqlite:///demo.sqlite, the demo's database")
+    assert second.startswith("helix-dbos serve: ") and str(port) in second
+    assert not (tmp_path / "helix.sqlite").exists()

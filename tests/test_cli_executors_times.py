@@ -17,7 +17,7 @@ import pytest
 
 from helix_dbos.cli import main
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime.fleet import Fleet
+from helix_dbos.runtime._operations.fleet import Fleet
 from helix_dbos.store.store import SessionStore
 
 #: One format on both backends: UTC, microseconds, the offset spelled out.

@@ -18,16 +18,18 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import psycopg
 import pytest
 from pydantic import BaseModel
 
 from helix_dbos.cli import main
+from helix_dbos.cli.sessions import SESSION_STATUSES
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import Agent, define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
+from helix_dbos.core.session import SessionStatus
 from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
@@ -383,6 +385,20 @@ def test_bad_urls_fail_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
             main(["sessions", "--database-url", url]), *capsys.readouterr(), "sessions"
         )
         assert expected in err, err
+
+
+def test_an_unknown_status_is_refused_with_the_valid_values(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--status bogus`` is a usage error (exit 2) listing the statuses, before any database
+    is opened; the CLI's list is the session model's."""
+    code = main(["sessions", "--status", "bogus", "--database-url", f"sqlite:///{tmp_path}/x"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "invalid choice: 'bogus'" in err
+    for status in get_args(SessionStatus):
+        assert status in err
+    assert get_args(SessionStatus) == SESSION_STATUSES
 
 
 def test_a_real_process_reads_the_url_from_the_environment_and_exits_2(empty_pg: str) -> None:

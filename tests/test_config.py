@@ -204,6 +204,24 @@ def test_bad_env_values_are_refused(env: dict[str, str]) -> None:
         HelixSettings.from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("HELIX_MAX_RESULT_BYTES", "abc", "HELIX_MAX_RESULT_BYTES='abc' is not a whole number"),
+        ("HELIX_MAX_EXECUTOR_THREADS", "8.5", "HELIX_MAX_EXECUTOR_THREADS='8.5' is not a whole"),
+        ("HELIX_HEARTBEAT_SECONDS", "soon", "HELIX_HEARTBEAT_SECONDS='soon' is not a number of"),
+        ("HELIX_HIBERNATE_AFTER_SECONDS", "x", "HELIX_HIBERNATE_AFTER_SECONDS='x' is not a number"),
+    ],
+)
+def test_a_bad_number_names_its_variable(variable: str, value: str, expected: str) -> None:
+    """The refusal of a number that does not parse names the variable and the value given."""
+    with pytest.raises(ConfigError) as info:
+        HelixSettings.from_env({variable: value})
+    assert info.value.message.startswith(expected)
+    assert "invalid literal" not in info.value.message
+    assert info.value.details == {"variable": variable, "value": value}
+
+
 def test_result_limit_above_store_limit_is_refused() -> None:
     """A result that the store could never hold is refused at configuration time."""
     with pytest.raises(ConfigError) as info:

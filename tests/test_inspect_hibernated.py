@@ -31,7 +31,7 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names
-from helix_dbos.runtime.keeper import keep_once
+from helix_dbos.runtime._hibernated.keeper import keep_once
 from tests.runtime.hibernation_worker import hibernated, workflow_result
 
 #: Seconds a ``quick`` call waits: its turn must hibernate before then (a slow machine too).

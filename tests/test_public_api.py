@@ -22,18 +22,38 @@ DOC = ROOT / "docs" / "public-api.md"
 #: renaming one is a breaking change that goes into CHANGELOG.md.
 EXPORTS: dict[str, list[str]] = {
     "helix_dbos": [
-        "RESERVED_TOOL_NAME_PREFIXES",
         "Agent",
         "AgentRegistry",
         "AgentRuntime",
+        "ApprovalPolicy",
+        "COMPANION_NOT_DELIVERED_REASONS",
+        "Companion",
+        "CompanionDeliveryOutcome",
+        "Continuation",
+        "DEFAULT_CLIENT_TOOL_TIMEOUT",
+        "DEFAULT_TOMBSTONE_RETENTION",
+        "Decider",
+        "DefaultResult",
         "ErrorCode",
         "HelixError",
         "HelixSettings",
+        "LLM",
+        "LLMRequest",
+        "LLMResponse",
         "Message",
+        "PendingCall",
+        "RESERVED_TOOL_NAME_PREFIXES",
+        "SessionState",
+        "SubmitAnswer",
+        "TextSink",
+        "Tombstone",
         "Tool",
         "ToolCall",
+        "ToolSchema",
         "TurnHandle",
+        "Usage",
         "__version__",
+        "as_companion",
         "create_app",
         "create_router",
         "define_agent",
@@ -147,10 +167,12 @@ EXPORTS: dict[str, list[str]] = {
         "session_token_auth",
     ],
     "helix_dbos.runtime": [
+        "MISSING",
         "AgentRuntime",
         "DeliveryOptions",
         "Notification",
         "Operator",
+        "Submission",
         "TurnHandle",
     ],
     "helix_dbos.testing": ["CapturedEvent", "ScriptedLLM", "call", "capture_log_events", "reply"],
@@ -247,3 +269,21 @@ def test_now_ms_lives_in_core_and_is_still_importable_from_the_store() -> None:
     from helix_dbos.store.store import now_ms as from_store
 
     assert from_store is now_ms
+
+
+def test_the_docs_import_definitions_from_helix_dbos() -> None:
+    """One public path: every name of ``helix_dbos.core`` is a name of ``helix_dbos`` (the
+    same object), and the README and the docs import them, and ``AgentRuntime``, from
+    ``helix_dbos``, never from ``helix_dbos.core`` or ``helix_dbos.runtime``."""
+    import helix_dbos.core
+
+    for name in helix_dbos.core.__all__:
+        assert getattr(helix_dbos, name) is getattr(helix_dbos.core, name), name
+        assert name in helix_dbos.__all__, name
+    root = Path(__file__).resolve().parents[1]
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        if page.name == "public-api.md":
+            continue  # it names the modules themselves
+        text = page.read_text()
+        assert not re.search(r"^from helix_dbos\.core[.\w]* import", text, re.M), page.name
+        assert "from helix_dbos.runtime import AgentRuntime" not in text, page.name

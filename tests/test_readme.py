@@ -23,6 +23,10 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "completed"
+    # Its own file: run in the checkout, it never opens the demo's (and its parked turns).
+    assert "demo.sqlite" not in match.group(1)
+    assert (tmp_path / "example.sqlite").exists()
+    assert done.stderr == "", done.stderr  # nothing to warn about on a file of its own
 
 
 def test_readme_fastapi_app_serves_and_logs_a_turn(tmp_path: Path) -> None:
@@ -60,3 +64,26 @@ def test_readme_lists_every_docs_page_once() -> None:
     assert sorted(listed) == sorted(set(listed)), "a page is listed twice"
     pages = sorted(p.relative_to(README.parent).as_posix() for p in README.parent.glob("docs/*.md"))
     assert sorted(listed) == pages
+
+
+def test_readme_fastapi_app_that_cannot_start_says_why_briefly(tmp_path: Path) -> None:
+    """A database that cannot be opened (a SQLite file in a folder that does not exist): the
+    app's startup failure is one ``runtime.start_failed`` line and a few frames of uvicorn's,
+    not the driver's forty-frame traceback."""
+    (tmp_path / "app.py").write_text(block_under(README, "Embedding in FastAPI"))
+    missing = f"sqlite:///{tmp_path / 'helix_missing_folder' / 'app.sqlite'}"
+    env = program_env(tmp_path, HELIX_DATABASE_URL=missing)
+    done = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "app:app", "--port", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.splitlines()
+    (failed,) = [line for line in lines if "runtime.start_failed" in line]
+    assert "helix_missing_folder" in failed and "unable to open database file" in failed
+    assert len(lines) < 30, done.stderr
+    assert "sqlalchemy" not in done.stderr and "aiosqlite" not in done.stderr

@@ -21,7 +21,7 @@ from .decisions import add_decision_options, run_answer, run_decided
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
     from ..store.approvals import ApprovalPage
 
 __all__ = ["APPROVALS", "parse_duration", "parse_instant", "render_approvals"]
@@ -97,7 +97,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.action is not None:
         return run_answer(args)
     if args.decided or args.purge_decided:
-        return run_decided(args, parse_instant(args.since) if args.since else None)
+        since = parse_instant(args.since) if args.since else None
+        older = parse_duration(args.older_than) if args.older_than is not None else None
+        return run_decided(args, since, older)
     if args.deadline_before is not None and args.deadline_within is not None:
         raise CommandError("give --deadline-before or --deadline-within, not both")
     older = parse_duration(args.older_than) if args.older_than is not None else None

@@ -13,7 +13,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
 
 __all__ = ["FAIL_CALL", "HEAL", "INTERRUPT"]
 
@@ -34,7 +34,7 @@ def _configure_fail_call(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_fail_call(args: argparse.Namespace) -> int:
-    from ..runtime.fleet import list_executors
+    from ..runtime._operations.fleet import list_executors
 
     async def work(operator: Operator) -> tuple[str, Any, int]:
         root, answer = await operator.fail_call(args.session, args.tool_call, args.error)

@@ -20,7 +20,7 @@ from .command import EXIT_OK, CommandError
 from .operator import print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime import Operator
     from ..store.decisions import DecisionPage
 
 __all__ = ["add_decision_options", "render_decisions", "run_answer", "run_decided"]
@@ -98,12 +98,13 @@ def run_answer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_decided(args: argparse.Namespace, since: int | None) -> int:
-    """``approvals --decided`` (and ``--purge-decided``)."""
+def run_decided(args: argparse.Namespace, since: int | None, older_than: float | None) -> int:
+    """``approvals --decided`` (and ``--purge-decided``: ``older_than``, seconds, is its
+    retention when given)."""
     from ..store.decisions import DecisionQuery, list_decisions, purge_decisions
 
     if args.purge_decided:
-        return _purge(args, purge_decisions)
+        return _purge(args, purge_decisions, older_than)
     query = DecisionQuery(
         tool=args.tool,
         session_id=args.session,
@@ -128,14 +129,13 @@ def run_decided(args: argparse.Namespace, since: int | None) -> int:
     return EXIT_OK
 
 
-def _purge(args: argparse.Namespace, purge: Any) -> int:
+def _purge(args: argparse.Namespace, purge: Any, older_than: float | None) -> int:
     from ..core.clock import now_ms
-    from .approvals import parse_duration
 
     async def work(operator: Operator) -> tuple[int, float]:
         days = operator.settings.decision_retention_days
-        if args.older_than is not None:
-            seconds = parse_duration(args.older_than)
+        if older_than is not None:
+            seconds = older_than
         elif days is not None:
             seconds = days * 86400
         else:

@@ -9,7 +9,7 @@ from .command import EXIT_OK, Command
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
 
 __all__ = ["EXECUTORS"]
 
@@ -28,7 +28,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..runtime.fleet import forward_stranded, list_executors, pending_by_version
+    from ..runtime._operations.fleet import forward_stranded, list_executors, pending_by_version
 
     async def work(operator: Operator) -> Any:
         settings, store = operator.settings, operator.store

@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .command import EXIT_OK, Command, CommandError, first_line
+from .database import choose_database
 
 __all__ = ["MIGRATE", "database_errors", "database_url"]
 
 
-def database_url(explicit: str | None) -> str:
-    """``--database-url``, else ``HELIX_DATABASE_URL``, else the embedded SQLite default."""
-    if explicit:
-        return explicit
-    from_env = os.environ.get("HELIX_DATABASE_URL", "").strip()
-    if from_env:
-        return from_env
-    from ..config import HelixSettings
-
-    return HelixSettings().database_url
+def database_url(explicit: str | None, command: str = "migrate") -> str:
+    """The database every command uses (``database.choose_database``): ``--database-url``,
+    else ``HELIX_DATABASE_URL``, else ``helix.sqlite``, else the demo's ``demo.sqlite`` where
+    only it exists (said on stderr)."""
+    chosen = choose_database(explicit)
+    if chosen.note:
+        print(f"helix-dbos {command}: {chosen.note}", file=sys.stderr)
+    return chosen.url
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +33,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         metavar="URL",
         help="postgresql://... or sqlite:///path (default: $HELIX_DATABASE_URL, "
-        "else sqlite:///helix.sqlite)",
+        "else sqlite:///helix.sqlite, else the demo's sqlite:///demo.sqlite if only it exists)",
     )
     parser.add_argument(
         "--revision", default="head", help="the revision to upgrade to (default: head)"

@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .command import EXIT_OK, Command, CommandError
-from .migrate import database_errors
+from .migrate import database_errors, database_url
 
 if TYPE_CHECKING:
     import socket
@@ -102,7 +102,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     try:
         configure_logging(args.log_format)
-        settings = HelixSettings.from_env()
+        # The database rule of every command (cli/database.py): HELIX_DATABASE_URL, else
+        # helix.sqlite, else the demo's demo.sqlite where only it exists (said on stderr).
+        settings = HelixSettings.from_env(database_url=database_url(None, "serve"))
         agents = load_agents(args.app) if args.app else None
         # The port before the database: a port in use is one line (exit 2) here, before any
         # migration or launch, not uvicorn's exit 3 after the runtime has started.
@@ -135,7 +137,8 @@ def _serve_on(
             migrate.require_current_schema(settings.database_url)
         if args.workers > 1:
             # Each worker process builds its own app (and runtime, and executor id) from the
-            # same options, passed down in the environment.
+            # same options and database, passed down in the environment.
+            os.environ.setdefault("HELIX_DATABASE_URL", settings.database_url)
             os.environ[_WORKER_OPTIONS_ENV] = json.dumps(
                 {
                     "app": args.app,

@@ -7,20 +7,35 @@ The read model and its text are ``helix_dbos.inspect``; the checkpoints come fro
 from __future__ import annotations
 
 import argparse
+import shutil
 from typing import TYPE_CHECKING, Any
 
 from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime.operator import Operator
+    from ..runtime._facade.operator import Operator
 
-__all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS"]
+__all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS", "SESSION_STATUSES"]
+
+#: The values of ``core.session.SessionStatus`` (spelled here: the CLI's top level imports no
+#: pydantic); ``--status`` refuses any other (exit 2).
+SESSION_STATUSES = (
+    "idle",
+    "running",
+    "suspended_client_tool",
+    "completed",
+    "failed",
+    "interrupted",
+)
 
 
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--status", help="only sessions with this status (e.g. suspended_client_tool)"
+        "--status",
+        choices=SESSION_STATUSES,
+        metavar="STATUS",
+        help=f"only sessions with this status: {', '.join(SESSION_STATUSES)}",
     )
     parser.add_argument("--agent", help="only sessions of this agent type")
     parser.add_argument(
@@ -84,7 +99,7 @@ def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_checkpoints(args: argparse.Namespace) -> int:
-    from ..runtime.lifecycle import checkpoints_of
+    from ..runtime._operations.retry import checkpoints_of
 
     async def work(operator: Operator) -> Any:
         return await checkpoints_of(operator.store, args.session)
@@ -96,22 +111,42 @@ def _run_checkpoints(args: argparse.Namespace) -> int:
     if not rows:
         print(f"{args.session} has no checkpoints")
         return EXIT_OK
-    header = ("CHECKPOINT", "KIND", "RUN", "STEP", "MESSAGES", "CREATED")
-    lines = [header] + [
-        (
-            r["checkpointId"],
-            r["kind"],
-            r["runId"] or "-",
-            str(r["step"]),
-            str(r["messageCount"]),
-            r["createdAt"],
-        )
+    print(render_checkpoints(rows, shutil.get_terminal_size().columns))
+    return EXIT_OK
+
+
+def render_checkpoints(rows: list[dict[str, Any]], width: int) -> str:
+    """The checkpoints as a table whose last column is the id; where that table is wider than
+    ``width`` (ids run to 110 characters), each row's id goes on its own line below it,
+    indented, so the columns stay aligned and the id stays whole to copy."""
+    header = ("CREATED (UTC)", "KIND", "RUN", "STEP", "MESSAGES")
+    cells = [
+        (_utc(r["createdAt"]), r["kind"], r["runId"] or "-", str(r["step"]), str(r["messageCount"]))
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for line in lines:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    return EXIT_OK
+    ids = [r["checkpointId"] for r in rows]
+    wide = [(*header, "CHECKPOINT")] + [(*c, i) for c, i in zip(cells, ids, strict=True)]
+    table = _columns(wide)
+    if max(len(line) for line in table) <= width:
+        return "\n".join(table)
+    short = _columns([header, *cells])
+    out = [short[0]]
+    for line, checkpoint_id in zip(short[1:], ids, strict=True):
+        out += [line, f"    {checkpoint_id}"]
+    return "\n".join(out)
+
+
+def _utc(created: str) -> str:
+    """``2026-12-06T07:20:11.123+00:00`` (the JSON's UTC time) as ``2026-12-06 07:20:11``."""
+    return created[:19].replace("T", " ") if created.endswith(("+00:00", "Z")) else created
+
+
+def _columns(lines: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
 
 
 SESSIONS = Command(

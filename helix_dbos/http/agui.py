@@ -44,7 +44,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..observability.log import log_event
-from ..runtime.submit import Submission
+from ..runtime import Submission
 from .agui_events import AguiRun, encode, refusal
 from .agui_input import (
     AguiRunInput,

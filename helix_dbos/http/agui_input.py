@@ -32,7 +32,7 @@ from ag_ui.core import (
 from ..core.agents import Agent
 from ..core.session import args_digest
 from ..errors import ApprovalMismatchError, RequestValidationError
-from ..runtime.submit import Submission
+from ..runtime import Submission
 from .agui_events import Known
 from .body import REQUEST_INVALID_MESSAGE
 from .schemas import Identifier

@@ -19,14 +19,15 @@ from typing import Any, TypedDict
 
 from fastapi import APIRouter, FastAPI
 
-from .. import __version__
-from ..config import HelixSettings
+from .._version import __version__
+from ..config import HelixSettings, redact_url
 from ..core.agents import Agent, AgentRegistry
 from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
-from ..errors import ConfigError
+from ..errors import ConfigError, HelixError
 from ..llm.factory import infer_llm
+from ..observability.log import log_event, logging_configured
 from ..observability.logging_config import LOG_LEVEL_ENV, EventFormatter, parse_level
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from .api_docs import install_api_docs
 from .auth import AuthHook, TokenIssuer, session_token_auth
 from .chat import create_chat_router
@@ -56,7 +57,16 @@ def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextM
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         undo = _print_events_unless_configured()
         try:
-            await runtime.launch()
+            try:
+                await runtime.launch()
+            except Exception as exc:
+                # A wrong URL, a missing database, tables behind the code: one line (and a
+                # traceback of a few frames from the server), not the driver's forty.
+                reason = startup_failure(exc, runtime.settings.database_url)
+                if reason is None:
+                    raise  # a bug: its whole traceback
+                log_event("runtime.start_failed", error=reason)
+                raise RuntimeStartError(reason) from None
             try:
                 yield
             finally:
@@ -65,6 +75,31 @@ def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextM
             undo()
 
     return lifespan
+
+
+class RuntimeStartError(RuntimeError):
+    """The runtime of an app could not launch; the message says why in one line."""
+
+
+def startup_failure(exc: BaseException, database_url: str) -> str | None:
+    """One line for a launch failure the operator can act on (a configuration, migration or
+    database problem), or ``None`` for anything else (a bug keeps its traceback)."""
+    from ..store.connection import DBAPIError
+    from ..store.migrate import MigrationCommandError
+
+    shown = redact_url(database_url)
+    if isinstance(exc, HelixError):
+        return exc.message
+    if isinstance(exc, MigrationCommandError):
+        return f"cannot migrate {shown}: {_first_line(exc)}"
+    if isinstance(exc, DBAPIError):
+        detail = _first_line(exc.orig if exc.orig is not None else exc)
+        return f"cannot use the database {shown}: {detail}"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).strip().splitlines()[:1]).strip() or type(exc).__name__
 
 
 def _print_events_unless_configured() -> Callable[[], None]:
@@ -76,7 +111,7 @@ def _print_events_unless_configured() -> Callable[[], None]:
     the events go to its handlers, at its levels.
     """
     log = logging.getLogger("helix_dbos")
-    if log.hasHandlers():
+    if logging_configured():
         return lambda: None
     handler = logging.StreamHandler()  # stderr
     handler.setFormatter(EventFormatter())

@@ -19,7 +19,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..core.owner import OWNER_MAX_LENGTH
-from ..store.approvals import APPROVALS_PAGE_DEFAULT, APPROVALS_PAGE_MAX, CURSOR_PATTERN
+from ..store.approvals import (
+    APPROVALS_PAGE_DEFAULT,
+    APPROVALS_PAGE_MAX,
+    CURSOR_PATTERN,
+    PendingApproval,
+)
 from ..store.decisions import (
     DECISION_CURSOR_PATTERN,
     DECISIONS_PAGE_DEFAULT,
@@ -49,35 +54,10 @@ class _View(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
-class PendingApprovalView(_View):
+class PendingApprovalView(PendingApproval):
     """One approval waiting for a human."""
 
-    approval_id: str
-    """Send it back with the answer (``approvalId`` of an ``approval-response``)."""
-    tool_call_id: str
-    tool_name: str
-    input: Any
-    """The arguments the human approves (the answer may send them back as ``input``)."""
-    args_digest: str | None
-    """SHA-256 of the tool name and the arguments: what the approval is bound to."""
-    session_id: str
-    """The session whose turn raised the call (a sub-agent's, or the root's)."""
-    root_session_id: str
-    """The session to answer on (``/submit-tool-result``'s ``sessionId``)."""
-    run_id: str
-    agent_type: str
-    principal: str | None
-    """Who started the session."""
-    tenant: str | None
-    created_at: int
-    """When the call parked (epoch ms)."""
-    deadline_at: int
-    """When it expires (epoch ms)."""
-    age_ms: int
-    """How long it has waited."""
-    quorum: dict[str, Any] | None = None
-    """Under an approval policy: ``{approvals, needed, approvers, text ("1 of 2"), fourEyes,
-    roles?, escalateAt?, escalateTo?, escalated?}``; ``null`` for one approver, anyone."""
+    # The store's ``PendingApproval`` (declared there once), named for the OpenAPI document.
 
 
 class DecisionView(_View):

@@ -64,6 +64,7 @@ def _invalid(message: str, cause: str, details: Any = None, *, verbose: bool = F
     if verbose and details is not None:
         extra["details"] = details
     error = RequestValidationError(message, **extra)
+    error.issues = details or ()  # the answer names their fields (errors.py)
     if details:
         # For the server's log (``server.bad_request``) even when the answer hides them.
         error.add_note(describe_issues(details))
@@ -102,7 +103,7 @@ async def read_body(request: Request, cap: int, *, message: str, route: str) -> 
         size = int(declared)
         if size > cap:
             log_event(
-                "submit_tool_result.body_too_large",
+                "server.body_too_large",
                 route=route,
                 sizeBytes=size,
                 limitBytes=cap,
@@ -121,7 +122,7 @@ async def read_body(request: Request, cap: int, *, message: str, route: str) -> 
             if received > cap:
                 # The declared length lied (or was absent): stop reading at the cap.
                 log_event(
-                    "submit_tool_result.body_too_large",
+                    "server.body_too_large",
                     route=route,
                     sizeBytes=received,
                     limitBytes=cap,

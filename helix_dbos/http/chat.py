@@ -38,8 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import STORE_UNAVAILABLE_MESSAGE, RequestValidationError, SessionNotFoundError
-from ..runtime.runtime import AgentRuntime
-from ..runtime.submit import Submission
+from ..runtime import AgentRuntime, Submission
 from .auth import AuthHook, TokenIssuer, run_authenticate
 from .auth import set_request_context as _set_context
 from .body import REQUEST_INVALID_MESSAGE

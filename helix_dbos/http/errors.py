@@ -20,7 +20,7 @@ body or a submitted value, so the log says why even when the answer is the fixed
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import HelixError, RequestValidationError, StoreUnavailableError
+from ..errors import HelixError, RequestValidationError, StoreUnavailableError, with_details
 from ..observability.log import describe_issues, log_event, logger
 from ..store.faults import DATABASE_ERRORS, is_transient
 from .body import REQUEST_INVALID_MESSAGE
@@ -41,6 +41,7 @@ __all__ = [
     "end_on_outage",
     "error_response",
     "install_error_handlers",
+    "refused_fields",
     "store_unavailable",
 ]
 
@@ -112,14 +113,54 @@ def _log_bad_request(request: Request, code: str, error: str, **fields: Any) -> 
     )
 
 
+#: How many refused fields a 400 names (the log has the first five findings too).
+_FIELDS_SHOWN = 5
+
+
+def _field_path(loc: Sequence[Any]) -> str:
+    """A finding's location as the wire spells it: ``messages[0].role``; the names pydantic
+    adds for a union's arm or a validator (``function-after[...]``) are left out."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif isinstance(part, str) and part.isidentifier():
+            path += f".{part}" if path else part
+    return path
+
+
+def refused_fields(issues: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The fields a body's findings refused, each once: ``{field, problem}``, ``problem``
+    pydantic's error type (``missing``, ``extra_forbidden``, ``string_type``, ``blank``, ...).
+    Never a value or a pattern: only where and what kind."""
+    fields: list[dict[str, str]] = []
+    for issue in issues:
+        path = _field_path(issue.get("loc", ()))
+        if path and all(f["field"] != path for f in fields):
+            fields.append({"field": path, "problem": str(issue.get("type", "invalid"))})
+    return fields[:_FIELDS_SHOWN]
+
+
+def _with_fields(exc: HelixError) -> HelixError:
+    """A body refused by its schema answers which fields: ``field`` (the first) and
+    ``fields``, next to its ``cause``."""
+    if not isinstance(exc, RequestValidationError) or "fields" in exc.details:
+        return exc
+    fields = refused_fields(exc.issues)
+    if not fields:
+        return exc
+    return with_details(exc, field=fields[0]["field"], fields=fields)
+
+
 def _answer(request: Request, exc: HelixError) -> JSONResponse:
-    """``error_response(exc)``, and the cause of a 400 in the log."""
-    response = error_response(exc)
+    """``error_response(exc)`` (a refused body names its fields), and the cause of a 400 in
+    the log."""
+    response = error_response(_with_fields(exc))
     if response.status_code == 400:
         # The findings: InvalidResultError keeps pydantic's issues; a body that failed its
         # schema carries them as the exception's notes (the answer may not show them).
         issues = getattr(exc, "issues", None)
-        found = describe_issues(issues) if isinstance(issues, list) and issues else None
+        found = describe_issues(issues) if isinstance(issues, list | tuple) and issues else None
         notes = "; ".join(getattr(exc, "__notes__", ()))
         _log_bad_request(
             request,

@@ -39,7 +39,10 @@ def bind_listener(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise PortInUseError(f"port {port} is already in use on {host}") from None
+            raise PortInUseError(
+                f"port {port} is already in use on {host}: stop what listens there, or pick "
+                "another port with --port N (for the demo: PORT=N bash scripts/demo)"
+            ) from None
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)  # the worker processes of --workers share it
     return sock

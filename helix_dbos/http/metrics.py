@@ -22,8 +22,8 @@ from starlette.responses import Response
 
 from ..errors import ConfigError
 from ..observability.approval_metrics import CONTENT_TYPE
+from ..runtime import AgentRuntime
 from ..runtime.live_metrics import scrape
-from ..runtime.runtime import AgentRuntime
 from .auth import AuthHook, AuthResult, SessionTokens, run_authenticate
 from .errors import HelixRoute, install_error_handlers
 
@@ -58,7 +58,11 @@ def metrics_token_auth(token: str) -> AuthHook:
             return False
         given = SessionTokens.token_of(request)
         if given is None or not given.isascii():
-            return {"error": "A metrics token is required", "status": 401}
+            return {
+                "error": "A metrics token is required: send Authorization: Bearer "
+                "<the server's HELIX_METRICS_TOKEN> (scripts/demo keeps it in demo.env)",
+                "status": 401,
+            }
         # Constant-time comparison: the check leaks nothing about the token.
         if not hmac.compare_digest(given.encode("ascii"), expected):
             return {"error": "The metrics token is invalid", "status": 401}

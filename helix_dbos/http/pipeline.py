@@ -35,8 +35,7 @@ from starlette.requests import Request
 from ..core.session import SubmitAnswer
 from ..errors import InvalidResultError, RequestValidationError
 from ..observability.log import set_service_name
-from ..runtime.runtime import AgentRuntime, TurnHandle
-from ..runtime.submit import Submission, precheck
+from ..runtime import AgentRuntime, Submission, TurnHandle
 from .auth import (
     AuthHook,
     refuse_unless_authenticated,
@@ -300,7 +299,7 @@ class RouteContext:
         with self._submit_errors(message):
             if len(answers) > 1:
                 for sub in answers:
-                    await precheck(self.runtime.ctx, sub)
+                    await self.runtime.precheck_submit(sub)
             for sub in answers:
                 extra = {f.name: getattr(sub, f.name) for f in fields(sub)}
                 del extra["session_id"], extra["tool_call_id"]

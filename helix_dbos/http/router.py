@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import VALIDATION_ERROR_MESSAGE, RequestValidationError
 from ..observability.logging_config import install_query_secret_filter
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from .agui import create_agui_router
 from .approvals_route import create_approvals_router
 from .auth import AuthHook, TokenIssuer

@@ -7,12 +7,21 @@ validated against these models, so every refusal is a typed error body.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
-from ..runtime.submit import MISSING, Submission
+from ..runtime import MISSING, Submission
 from .body_variants import (
     NO_NUL_PATTERN,
     chat_submit_variants,
@@ -57,6 +66,27 @@ Text = Annotated[str, StringConstraints(pattern=NO_NUL_PATTERN)]
 """Free text (a message, a reason): any string without a NUL character, which the store cannot
 keep (the body parser refuses one anywhere in a body; the document says so on each field)."""
 
+# One character that is not blank: not whitespace, not a control character. Spelled as explicit
+# ranges, so the document's pattern means the same in every regex engine.
+_BLANK = r"\x00-\x20\x7f-\xa0\u1680\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+NOT_BLANK_PATTERN = rf"^[^\x00]*[^{_BLANK}][^\x00]*$"
+
+
+def _not_blank(value: str) -> str:
+    if "\x00" not in value and not re.fullmatch(NOT_BLANK_PATTERN, value):
+        raise PydanticCustomError("blank", "The message is empty or only whitespace")
+    return value
+
+
+Message = Annotated[
+    str,
+    StringConstraints(pattern=NO_NUL_PATTERN),
+    AfterValidator(_not_blank),
+    Field(json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+]
+"""A user's message: text without a NUL that is not empty or only whitespace (refused as
+``blank``: a model has nothing to answer)."""
+
 
 class _Request(BaseModel):
     # use_attribute_docstrings: the field docstrings describe the fields in /docs too.
@@ -83,8 +113,8 @@ class StartRequest(_Request):
 
     agent_type: Identifier
     """The registered agent to run."""
-    message: Text
-    """The user's message."""
+    message: Message
+    """The user's message: not empty, not only whitespace."""
     session_id: Identifier | None = None
     """An existing session to continue; omitted, the server makes a new id."""
 
@@ -101,7 +131,7 @@ class ResumeRequest(_Request):
     mode: Literal["continue", "with_message", "from_checkpoint"] = "continue"
     """``continue`` adopts the continuation of a complete batch; ``with_message`` sends
     ``message`` as the next user message; ``from_checkpoint`` rewinds to ``checkpointId``."""
-    message: Text | None = None
+    message: Message | None = None
     """Required with ``with_message``; refused with ``continue``."""
     abandon_pending: bool = False
     """With ``with_message``: answer every unanswered call ``client_tool_abandoned``."""
@@ -127,7 +157,7 @@ class RetryRequest(_Request):
     session_field: ClassVar[str] = "session_id"
 
     session_id: Identifier
-    message: Text | None = None
+    message: Message | None = None
     """Needed when the failed run committed steps; replaces its input otherwise."""
     checkpoint_id: Identifier | None = None
     """Retry from this checkpoint: the conversation as it was there, then the input after it."""

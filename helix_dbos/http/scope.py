@@ -25,7 +25,7 @@ from starlette.requests import Request
 
 from ..core.owner import SessionOwner, owner_text
 from ..errors import AuthError
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 from ..store.approvals import session_owner
 from .auth import request_is_approver, request_principal, request_tenant
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN

@@ -30,8 +30,7 @@ from typing import Any
 from ..core.clock import now_ms
 from ..core.events import SessionEvent
 from ..errors import StoreUnavailableError
-from ..runtime import records
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime, records
 from ..store.faults import is_transient
 from .errors import end_on_outage, store_unavailable
 from .frames import KEEP_ALIVE, frame

@@ -8,7 +8,7 @@ client that reconnects to a running turn gets the turn's current run from its fi
 
 from __future__ import annotations
 
-from ..runtime.runtime import AgentRuntime
+from ..runtime import AgentRuntime
 
 __all__ = ["last_sequence", "run_start"]
 

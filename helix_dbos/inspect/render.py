@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from ..core.messages import Message
 from ..core.session import PendingCall
-from ..runtime.hibernation import continuation_id, mark_of, waits_on_child
+from ..runtime._turn.hibernation import continuation_id, mark_of, waits_on_child
 from .report import SessionReport, SessionRow, TreeNode, recoveries
 from .times import age, iso_ms, span
 
 if TYPE_CHECKING:
-    from ..runtime.fleet import ExecutorInfo
+    from ..runtime._operations.fleet import ExecutorInfo
 
 __all__ = ["render_executors", "render_report", "render_sessions"]
 
@@ -166,7 +166,7 @@ def _root_lines(report: SessionReport) -> list[str]:
     out.append(f"tombstones ({len(report.tombstones)})")
     for tcid, stone in sorted(report.tombstones.items(), key=lambda kv: kv[1].completed_at):
         out.append(
-            f"  {tcid}  {stone.outcome}  completed {iso_ms(stone.completed_at)}  "
+            f"  {tcid}  {report.tombstone_outcome(tcid)}  completed {iso_ms(stone.completed_at)}  "
             f"run={stone.run_id}  owner={stone.owner_session_id}"
         )
     return out

@@ -1,7 +1,7 @@
 """The read model's facts: recent sessions, and everything about one session.
 
 ``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions, which only read,
-through an :class:`~helix_dbos.runtime.operator.Operator`: the session tables through the store,
+through an :class:`~helix_dbos.runtime._facade.operator.Operator`: the session tables through the store,
 and DBOS's status of each turn through DBOS's public client. No DBOS process is launched and
 nothing a running runtime owns is touched. Their JSON form is here; their text is ``render.py``.
 """
@@ -16,10 +16,10 @@ from typing import Any
 from ..core.clock import now_ms
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
-from ..runtime.companions import companion_views
-from ..runtime.fleet import adoption_history
-from ..runtime.hibernation import continuation_id, mark_of, waits_on_child
-from ..runtime.operator import Operator, WorkflowInfo
+from ..runtime._companions.sends import companion_views
+from ..runtime._facade.operator import Operator, WorkflowInfo
+from ..runtime._operations.fleet import adoption_history
+from ..runtime._turn.hibernation import continuation_id, mark_of, waits_on_child
 from .times import iso, iso_ms
 
 __all__ = [
@@ -191,6 +191,16 @@ class SessionReport:
     """The continuation's workflow, when the session's turn is hibernated and it started."""
     companions: list[dict[str, Any]] = field(default_factory=list)
     """The session's companions and their state (docs/companions.md)."""
+    denied: frozenset[str] = frozenset()
+    """The tombstoned calls whose approval a human denied: the tombstone says ``answered``
+    (an answer came), their ``tool_end`` and this report say ``denied``."""
+
+    def tombstone_outcome(self, tool_call_id: str) -> str:
+        """How the call ended as ``tool_end`` says it: ``denied`` for a denied approval,
+        else the tombstone's outcome."""
+        if tool_call_id in self.denied:
+            return "denied"
+        return self.tombstones[tool_call_id].outcome
 
     @property
     def ownership(self) -> dict[str, str]:
@@ -227,7 +237,10 @@ class SessionReport:
                 for owner, call in self.pending
             ],
             "ownership": dict(self.ownership),
-            "tombstones": {k: v.dump() for k, v in self.tombstones.items()},
+            "tombstones": {
+                k: v.dump() | {"waitOutcome": self.tombstone_outcome(k)}
+                for k, v in self.tombstones.items()
+            },
             "messageCount": self.message_count,
             "messages": [m.to_row() | {"role": m.role} for m in self.messages],
             "tree": self.tree.dump(),
@@ -272,6 +285,23 @@ def _build_tree(states: Sequence[SessionState], workflows: dict[str, WorkflowInf
     return root
 
 
+async def _denied_calls(
+    operator: Operator, session_id: str, history: list[Message], tombstones: dict[str, Tombstone]
+) -> frozenset[str]:
+    """The ``answered`` tombstones whose tool result is an approval's denial (read from their
+    owners' messages: the inspected session's are ``history``)."""
+    answered = {k: t for k, t in tombstones.items() if t.outcome == "answered"}
+    denied: set[str] = set()
+    for owner in {t.owner_session_id for t in answered.values()}:
+        messages = history if owner == session_id else await operator.store.load_messages(owner)
+        denied |= {
+            m.tool_call_id
+            for m in messages
+            if m.tool_call_id in answered and m.error_code == "approval_denied"
+        }
+    return frozenset(denied)
+
+
 async def inspect_session(
     operator: Operator, session_id: str, *, messages: int = 10
 ) -> SessionReport:
@@ -291,6 +321,7 @@ async def inspect_session(
     )
     history = await operator.store.load_messages(session_id)
     return SessionReport(
+        denied=await _denied_calls(operator, session_id, history, root.completed),
         adoptions=await adoption_history(
             operator.store, (s.workflow_id for s in tree if s.workflow_id)
         ),

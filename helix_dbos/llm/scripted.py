@@ -68,7 +68,7 @@ class ScriptedLLM:
         stream_pause_seconds: how the reply's text streams to the ``on_text`` sink. ``0``
             (the default, fast for tests): as one delta. Above ``0``: word by word
             (``word_chunks``), this long apart, as a real model streams. The runtime
-            coalesces deltas (``helix_dbos.runtime.deltas.FLUSH_SECONDS``, 0.05 s), so a
+            coalesces deltas (``helix_dbos.runtime._turn.deltas.FLUSH_SECONDS``, 0.05 s), so a
             pause longer than that makes each word its own ``text_delta`` event.
 
     Raises:

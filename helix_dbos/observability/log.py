@@ -1,29 +1,91 @@
 """Structured log events through the stdlib logger ``helix_dbos``.
 
-The library never configures handlers. Event names are the seed's; every record carries the
+The library configures no logging of an application's. Event names are the seed's; every
+record carries the
 event name in ``extra["event"]`` and its fields in ``extra["fields"]`` (and flattened).
 Per-event levels can be raised or lowered with ``set_event_level`` (for example, raise only
 ``client_tool.*`` to INFO), and ``set_service_name`` tags every event with ``service``.
+
+Where nothing is configured at all (a plain script: no handler on the root logger nor on
+``helix_dbos``), the warnings and errors print as one readable line on stderr,
+``helix-dbos WARNING fleet.adopted executorId=... count=1``, instead of logging's last resort,
+which prints the bare event name. The first handler an application installs silences it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
     "EVENT_LEVELS",
+    "UNCONFIGURED_DEFAULT",
     "describe_issues",
     "logger",
     "log_event",
+    "logging_configured",
     "reset_event_levels",
     "set_event_level",
     "set_service_name",
 ]
 
 logger = logging.getLogger("helix_dbos")
+
+
+class _UnconfiguredDefault(logging.Handler):
+    """What a process that configured no logging sees of a warning: one readable line on
+    stderr (``helix-dbos WARNING <event> key=value ...``). Silent once any handler is on the
+    root logger or on ``helix_dbos`` (the application's, ``configure_logging``'s, a test's):
+    those say it instead."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers or any(h is not self for h in logger.handlers):
+            return
+        try:
+            sys.stderr.write(_readable(record) + "\n")
+        except Exception:  # a closed stderr: nothing to say it on
+            self.handleError(record)
+
+
+def _readable(record: logging.LogRecord) -> str:
+    event = getattr(record, "event", None)
+    fields = getattr(record, "fields", None)
+    if not isinstance(event, str) or not isinstance(fields, dict):
+        line = f"helix-dbos {record.levelname} {record.name}: {record.getMessage()}"
+    else:
+        parts = [f"helix-dbos {record.levelname} {event}"]
+        for key, value in fields.items():
+            plain = isinstance(value, str) and value and not any(c.isspace() for c in value)
+            parts.append(f"{key}={value if plain else json.dumps(value, default=str)}")
+        line = " ".join(parts)
+    if record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        line += f" ({type(exc).__name__}: {exc})"
+    return line
+
+
+#: The one handler the library puts on ``helix_dbos``: silent once anything is configured.
+UNCONFIGURED_DEFAULT = _UnconfiguredDefault()
+logger.addHandler(UNCONFIGURED_DEFAULT)
+
+
+def logging_configured() -> bool:
+    """Whether a handler other than :data:`UNCONFIGURED_DEFAULT` would see ``helix_dbos``'s
+    records (on it or on a logger above it): the application (or a host) configured logging."""
+    found: logging.Logger | None = logger
+    while found is not None:
+        if any(h is not UNCONFIGURED_DEFAULT for h in found.handlers):
+            return True
+        found = found.parent if found.propagate else None
+    return False
+
 
 #: The seed's event names and their default levels.
 EVENT_LEVELS: dict[str, int] = {
@@ -53,12 +115,13 @@ EVENT_LEVELS: dict[str, int] = {
     "companion.ended": logging.INFO,
     "companion.woke_parent": logging.INFO,
     "companion.adopt_failed": logging.WARNING,
-    "submit_tool_result.body_too_large": logging.WARNING,
+    "server.body_too_large": logging.WARNING,
     "submit_tool_result.result_too_large": logging.WARNING,
     "turn.summary": logging.INFO,
     "turn.error_detail": logging.WARNING,
     "turn.model_retry": logging.WARNING,
     "turn.start_failed": logging.ERROR,
+    "runtime.start_failed": logging.ERROR,
     "turn.hibernated": logging.DEBUG,
     "turn.continuation_due": logging.INFO,
     "turn.continuation_start_failed": logging.WARNING,
@@ -68,6 +131,8 @@ EVENT_LEVELS: dict[str, int] = {
     "store.retrying": logging.WARNING,
     "server.unauthenticated": logging.WARNING,
     "fleet.adopted": logging.WARNING,
+    "fleet.adoption_skipped": logging.WARNING,
+    "fleet.executor_restarted": logging.INFO,
     "fleet.forwarded": logging.WARNING,
     "fleet.turns_stranded": logging.ERROR,
     "fleet.turn_stranded": logging.ERROR,

@@ -13,7 +13,7 @@ from ..core.clock import now_ms
 from ..store.pending_figures import pending_figures
 
 if TYPE_CHECKING:
-    from .runtime import AgentRuntime
+    from ._facade.runtime import AgentRuntime
 
 __all__ = ["scrape"]
 

@@ -64,7 +64,7 @@ recorded turn replays in the layout it recorded; the argument's default, 1, is c
   under ``turn_slot``; the DBOS steps a turn records are its parks (``recv``), server tools,
   answer reads before an approved tool, and sub-agent starts. Three fewer DBOS steps per round
   trip, each a recorded-output check, a record and two thread hops.
-* 3 (contract-3): layout 2, and a root turn's park may hibernate (``hibernation.py``): a wait
+* 3 (contract-3): layout 2, and a root turn's park may hibernate (``_turn/hibernation.py``): a wait
   that times out is followed by the hibernate commit, where layout 2 waited on. A contract-2
   turn recovered by this release replays in layout 2 and never hibernates, so its recorded
   waits are taken in the order it recorded them.

@@ -103,7 +103,7 @@ CheckpointKind = Literal[
     "await_child",
     "companion_reply",
 ]
-"""The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``once.py``)."""
+"""The last part of a checkpoint id ``<workflow id>:<step id>:<kind>`` (see ``_commits/once.py``)."""
 CHECKPOINT_KINDS: Final[tuple[CheckpointKind, ...]] = (
     "model",
     "results",
@@ -137,7 +137,7 @@ class FencedResult(TypedDict):
 # -- the model step ---------------------------------------------------------------------------
 
 PlanKind = Literal["server", "client", "approval", "subagent", "companion", "invalid"]
-"""Where a tool call runs (``plan.py``); ``client`` and ``approval`` suspend the turn."""
+"""Where a tool call runs (``triage.py``); ``client`` and ``approval`` suspend the turn."""
 PLAN_KINDS: Final[tuple[PlanKind, ...]] = (
     "server",
     "client",
@@ -206,7 +206,7 @@ class ServerToolResult(TypedDict):
 class ToolResult(TypedDict):
     """One call's result, as committed (``helix.turn.commit_results``) and shown to the model.
 
-    Suspended calls (``suspended: True``) also carry how their wait ended (``resolve.py``).
+    Suspended calls (``suspended: True``) also carry how their wait ended (``_turn/resolve.py``).
     An approved approval resolves to ``runInput`` first (and no ``ok``): the tool then runs
     with it, and its ``ServerToolResult`` completes the result before anything is committed.
     """

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic.alias_generators import to_camel
 
 from ..core.owner import SessionOwner
 from ..errors import RequestValidationError
@@ -49,22 +51,29 @@ _ORDER = (approvals.c.registered_at, approvals.c.session_id, approvals.c.tool_ca
 _INVALID_CURSOR = "The cursor is not one this inbox gives out"
 
 
-@dataclass(frozen=True)
-class PendingApproval:
+class PendingApproval(BaseModel):
     """One approval waiting for a human."""
 
+    # Declared once: the inbox's rows, and (named ``PendingApprovalView``) the wire shape of
+    # ``GET /approvals`` in the OpenAPI document; camelCase on the wire.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
     approval_id: str
+    """Send it back with the answer (``approvalId`` of an ``approval-response``)."""
     tool_call_id: str
     tool_name: str
     input: Any
+    """The arguments the human approves (the answer may send them back as ``input``)."""
     args_digest: str | None
+    """SHA-256 of the tool name and the arguments: what the approval is bound to."""
     session_id: str
     """The session whose turn raised the call (a sub-agent's, or the root's)."""
     root_session_id: str
-    """Where an answer is submitted (``/submit-tool-result`` takes the root's id)."""
+    """The session to answer on (``/submit-tool-result``'s ``sessionId``)."""
     run_id: str
     agent_type: str
     principal: str | None
+    """Who started the session."""
     tenant: str | None
     created_at: int
     """When the call parked, epoch milliseconds."""
@@ -72,15 +81,16 @@ class PendingApproval:
     """When it expires, epoch milliseconds."""
     age_ms: int
     """How long it has waited, at the time of the listing."""
-    policy: dict[str, Any] | None = None
+    policy: dict[str, Any] | None = Field(default=None, exclude=True)
     """The call's approval policy and its quorum's state (``core/approval_policy.py``);
-    ``None``: one approver, anyone."""
+    ``None``: one approver, anyone. Not on the wire: ``quorum`` says what a client needs."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def quorum(self) -> dict[str, Any] | None:
-        """A quorum's progress, ``{approvals, needed, approvers, text}`` (``text``: ``1 of 2``),
-        with an escalation's ``escalateAt`` and ``escalated`` (as of the listing); ``None``
-        without a policy."""
+        """Under an approval policy, its progress: ``{approvals, needed, approvers, text ("1 of
+        2"), fourEyes, edited?, roles?, escalateAt?, escalateTo?, escalated?}`` (as of the
+        listing); ``null`` for one approver, anyone."""
         if self.policy is None:
             return None
         votes = self.policy.get("votes") or []
@@ -107,23 +117,7 @@ class PendingApproval:
 
     def dump(self) -> dict[str, Any]:
         """The wire form (camelCase)."""
-        return {
-            "approvalId": self.approval_id,
-            "toolCallId": self.tool_call_id,
-            "toolName": self.tool_name,
-            "input": self.input,
-            "argsDigest": self.args_digest,
-            "sessionId": self.session_id,
-            "rootSessionId": self.root_session_id,
-            "runId": self.run_id,
-            "agentType": self.agent_type,
-            "principal": self.principal,
-            "tenant": self.tenant,
-            "createdAt": self.created_at,
-            "deadlineAt": self.deadline_at,
-            "ageMs": self.age_ms,
-            "quorum": self.quorum,
-        }
+        return self.model_dump(by_alias=True)
 
 
 @dataclass(frozen=True)

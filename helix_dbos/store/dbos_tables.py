@@ -20,6 +20,7 @@ from .store import SessionStore
 __all__ = [
     "count_recoverable",
     "executors_of",
+    "pending_agent_types",
     "pending_groups",
     "pending_groups_if_any",
     "relabel",
@@ -86,6 +87,25 @@ async def relabel(
         {"to": to_version, "executor": executor_id, "from": from_version},
     )
     return [r[0] for r in rows]
+
+
+async def pending_agent_types(
+    dialect: str, schema: str, executor_id: str, workflows: tuple[str, str]
+) -> set[str]:
+    """The agent types of one executor's PENDING (or ENQUEUED) workflows named ``workflows``:
+    those of the sessions whose row names the workflow (a workflow no row names is left
+    out)."""
+    conn = joined()
+    rows = await conn.execute(
+        sa.text(
+            f"SELECT DISTINCT s.agent_type FROM {workflow_table(dialect, schema)} w "
+            "JOIN __agents_states s ON s.workflow_id = w.workflow_uuid "
+            "WHERE w.status IN ('PENDING', 'ENQUEUED') AND w.executor_id = :executor "
+            "AND w.name IN (:turn, :continuation)"
+        ),
+        {"executor": executor_id, "turn": workflows[0], "continuation": workflows[1]},
+    )
+    return {r[0] for r in rows}
 
 
 async def executors_of(dialect: str, schema: str, workflow_ids: list[str]) -> set[str]:

@@ -2,7 +2,7 @@
 bound to the running task.
 
 A store method given no ``conn`` joins the transaction bound to the task (``transact`` binds
-it, and so does a step's commit, ``runtime/once.py``), so a write can never silently land
+it, and so does a step's commit, ``runtime/_commits/once.py``), so a write can never silently land
 outside the step's transaction. Bound to none, a read runs on an autocommit connection and a
 write in a transaction of its own.
 """

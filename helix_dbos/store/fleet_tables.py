@@ -9,6 +9,8 @@ goes in one transaction (a claim and the relabel it allows commit together).
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,6 +32,7 @@ __all__ = [
     "live_identity",
     "mark_stopped",
     "record",
+    "reuse_event",
     "upsert_executor",
 ]
 
@@ -89,6 +92,26 @@ async def live_identity(
         )
     ).first()
     return None if row is None else (row.pid, row.hostname)
+
+
+def reuse_event(pid: int | None, hostname: str | None) -> str:
+    """The event for a launch with the id of an executor whose row looks live:
+    ``fleet.executor_restarted`` (INFO) when that process is on this host and no longer runs
+    (a restart within the liveness window, as ``scripts/demo`` does), else
+    ``fleet.executor_id_reused`` (WARNING: perhaps two live processes share the id)."""
+    if pid is not None and hostname == socket.gethostname() and not _running(pid):
+        return "fleet.executor_restarted"
+    return "fleet.executor_id_reused"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, and belongs to someone else
+        return True
+    return True
 
 
 async def upsert_executor(

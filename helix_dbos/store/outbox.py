@@ -4,7 +4,7 @@ A row is one event of a parked call that the app's notification hooks are told: 
 ``deadline_near``, ``expired`` or ``resolved``. It is written by ``queue`` inside the
 transaction that commits what it reports (the park, the answer, the expiry, the stop), so an
 event is recorded if and only if its cause committed; its ``event_key`` is unique, so a
-replayed commit writes it once. A dispatcher (``runtime/dispatch.py``) then ``claim``\\ s the
+replayed commit writes it once. A dispatcher (``runtime/_notifications/dispatcher.py``) then ``claim``\\ s the
 rows that are due, calls the hooks, and settles each row: ``deliver`` (or ``skip``), or
 ``retry`` later, or ``give_up``.
 

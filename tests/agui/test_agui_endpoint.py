@@ -447,6 +447,14 @@ async def test_what_is_not_a_run_is_an_http_answer(served: Served) -> None:
         answer = await served.http.post(url, json=sent)
         assert answer.status_code == status, (url, answer.status_code, answer.text)
         assert answer.json()["code"] == code
+    # A refused body names the field: a run without its required runId, a thread id of
+    # the wrong type.
+    missing = await served.http.post(URL, json={k: v for k, v in body.items() if k != "runId"})
+    assert (missing.status_code, missing.json()["cause"]) == (400, "schema"), missing.text
+    assert missing.json()["field"] == "runId"
+    assert {"field": "runId", "problem": "missing"} in missing.json()["fields"]
+    wrong = await served.http.post(URL, json={**body, "threadId": 7})
+    assert wrong.json()["field"] == "threadId", wrong.text
     await thread.run()
     other = served.thread(url="/agui/speller", thread_id=thread.thread_id)
     other.say("hello")

@@ -150,6 +150,67 @@ def test_with_session_tokens_it_lists_and_answers_the_sessions_this_browser_star
 
     page.get_by_role("button", name="Refresh").click()
     expect(page.get_by_role("status").first).to_have_text("No approval is waiting.")
+    # Refresh shows what waits now: the cards answered here are gone with their buttons.
+    expect(page.get_by_role("region", name="Approvals").get_by_role("listitem")).to_have_count(0)
+    assert visit.foreign_requests(base) == []
+
+
+def test_the_chat_and_the_inbox_keep_in_step(token_server: Served, visit: Visit) -> None:
+    """An approval answered in the inbox closes at once in the open chat (no reload); one
+    answered from outside the browser closes there within seconds; the inbox, which holds
+    the browser's session tokens, never sends a request to be refused (no 401, no console
+    error)."""
+    chat, base = visit.page, token_server.base_url
+    chat.goto(base + "/")
+    log = chat.get_by_role("log", name="Conversation")
+    send(chat, "publish document zeta")
+    expect(chat.get_by_role("group", name="Approval request")).to_be_visible()
+
+    inbox = visit.context.new_page()
+    refused: list[str] = []
+    errors: list[str] = []
+    inbox.on("response", lambda r: refused.append(r.url) if r.status in (401, 403) else None)
+    inbox.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    inbox.goto(base + "/inbox")
+    zeta = card(inbox, "zeta")
+    zeta.get_by_role("button", name="Approve").click()
+    expect(zeta).to_contain_text("Approved.")
+
+    # The chat shows the decision without a reload: no buttons left, the tool's output, done.
+    expect(chat.get_by_role("group", name="Approval request")).to_have_count(0)
+    expect(log).to_contain_text("https://docs.example.com/zeta")
+    expect(chat.get_by_role("status")).to_have_text("Ready.")
+
+    # Answered from outside the browser (a shell, another device): the chat follows too.
+    send(chat, "publish document eta")
+    expect(chat.get_by_role("group", name="Approval request")).to_be_visible()
+    session_id = chat.locator("#session-id").inner_text()
+    held = chat.evaluate("JSON.parse(localStorage.getItem('helix-dbos-demo-sessions'))")
+    (token,) = [h["token"] for h in held if h["sessionId"] == session_id]
+    headers = {"Authorization": f"Bearer {token}"}
+    view = httpx.get(f"{base}/status", params={"sessionId": session_id}, headers=headers).json()
+    (waiting,) = view["pendingToolCalls"]
+    answered = httpx.post(
+        f"{base}/submit-tool-result",
+        json={
+            "kind": "approval-response",
+            "sessionId": session_id,
+            "toolCallId": waiting["toolCallId"],
+            "approvalId": waiting["approvalId"],
+            "approved": False,
+            "reason": "from a shell",
+        },
+        headers=headers,
+        timeout=10,
+    )
+    assert answered.status_code == 200, answered.text
+    expect(chat.get_by_role("group", name="Approval request")).to_have_count(0)
+    expect(log).to_contain_text("from a shell")
+
+    inbox.get_by_role("button", name="Refresh").click()
+    expect(inbox.get_by_role("status").first).to_have_text("No approval is waiting.")
+    expect(inbox.get_by_role("region", name="Approvals").get_by_role("listitem")).to_have_count(0)
+    assert refused == [] and errors == [], (refused, errors)
     assert visit.foreign_requests(base) == []
 
 

@@ -109,6 +109,17 @@ def test_the_editor_consults_its_reviewer_companion(sqlite_server: Served, visit
     review = "I read your note (3 words). Looks good to me."
     expect(log.locator("li.companion")).to_have_text(f"reviewer: {review}")
     expect(log.locator("li.assistant").last).to_have_text(f"The reviewer says: {review}")
+    # In the order they make sense: the editor's announcement, the reply, the relay (the
+    # reply is stored while the announcing turn still streams; the page holds it till then).
+    entries = log.locator("li.assistant, li.companion").all_inner_texts()
+    assert entries == [
+        "Asking the reviewer.",
+        "The reviewer has it; its reply will appear here.",
+        f"reviewer: {review}",
+        f"The reviewer says: {review}",
+    ], entries
+    page.reload()  # a replay of the stored events shows the same order
+    expect(log.locator("li.assistant, li.companion")).to_have_text(entries)
     session_id = page.locator("#session-id").inner_text()
     status = httpx.get(f"{base}/status", params={"sessionId": session_id}, timeout=10).json()
     [companion] = status["companions"]

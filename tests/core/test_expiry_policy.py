@@ -12,7 +12,7 @@ from helix_dbos.core import DefaultResult, define_agent, define_tool
 from helix_dbos.core.messages import ToolCall
 from helix_dbos.errors import ToolDefinitionError
 from helix_dbos.llm.scripted import ScriptedLLM, reply
-from helix_dbos.runtime.plan import plan_calls
+from helix_dbos.runtime._triage import plan_calls
 
 
 class In(BaseModel):

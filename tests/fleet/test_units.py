@@ -4,13 +4,15 @@ executors table, and the submit that finds its turn's process dead."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime.fleet import Fleet, list_executors
-from helix_dbos.runtime.notify import EventSignals
+from helix_dbos.runtime._facade.event_signals import EventSignals
+from helix_dbos.runtime._operations.fleet import Fleet, list_executors
 from helix_dbos.store import fleet_tables
 from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import executors
@@ -150,3 +152,80 @@ async def test_a_runtime_on_sqlite_is_one_live_executor(sqlite_url: str) -> None
         assert [(e.executor_id, e.state) for e in found] == [(runtime.settings.executor_id, "live")]
     finally:
         await runtime.shutdown()
+
+
+async def test_a_runtime_adopts_no_turn_of_an_agent_it_does_not_define(sqlite_url: str) -> None:
+    """A stopped process left an ``editor`` turn parked. A runtime that defines only
+    ``helper`` does not take it (it could not run it): it says so once, naming the agent, and
+    the turn stays parked; a runtime that defines ``editor`` adopts it."""
+    from helix_dbos import define_agent
+    from helix_dbos.demo import demo_agents
+    from helix_dbos.llm import ScriptedLLM, reply
+    from helix_dbos.runtime import AgentRuntime
+    from helix_dbos.testing import capture_log_events
+
+    def settings(executor_id: str) -> HelixSettings:
+        # DBOS shuts the loop's default executor down with each runtime: a fresh one each.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor())
+        return HelixSettings(database_url=sqlite_url, executor_id=executor_id)
+
+    demo = AgentRuntime(demo_agents(), settings("demo-exec"))
+    await demo.launch()
+    try:
+        turn = await demo.start("editor", 'replace "teh" with "the"')
+        await demo.wait_for_pending(turn.session_id)
+    finally:
+        await demo.shutdown()  # stopped: its turns are adoptable at once
+
+    helper = define_agent("helper", llm=ScriptedLLM(lambda request: reply("hi")))
+    other = AgentRuntime([helper], settings("other-exec"))
+    with capture_log_events() as events:
+        await other.launch()
+        try:
+            assert other.fleet is not None
+            assert await other.fleet.sweep() == []
+            assert await other.fleet.sweep() == []
+            assert (await other.status(turn.session_id))["status"] == "suspended_client_tool"
+        finally:
+            await other.shutdown()
+    (skipped,) = [e for e in events if e["event"] == "fleet.adoption_skipped"]
+    assert skipped["agents"] == ["editor"]
+    assert skipped["fromExecutor"] == "demo-exec"
+    assert skipped["level"] == "WARNING"
+    assert not [e for e in events if e["event"] == "fleet.adopted"]
+
+    editor = AgentRuntime(demo_agents(), settings("editor-exec"))
+    await editor.launch()
+    try:
+        assert editor.fleet is not None
+        await editor.fleet.sweep()
+        async with editor.store.reading():
+            found = await list_executors(editor.store, 15.0, include_gone=True)
+        assert {e.executor_id: e.adopted_by for e in found}["demo-exec"] == "editor-exec"
+    finally:
+        await editor.shutdown()
+
+
+def test_a_restart_on_this_host_is_not_a_reused_id() -> None:
+    """The id of an executor that looks live: its process gone from this host is a restart
+    (``scripts/demo`` run again after a kill: INFO); still running, or on another host, it
+    may be two processes with one id (WARNING)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from helix_dbos.observability.log import EVENT_LEVELS
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    here = socket.gethostname()
+    assert fleet_tables.reuse_event(int(gone.stdout), here) == "fleet.executor_restarted"
+    assert fleet_tables.reuse_event(os.getpid(), here) == "fleet.executor_id_reused"
+    assert fleet_tables.reuse_event(int(gone.stdout), "elsewhere") == "fleet.executor_id_reused"
+    assert fleet_tables.reuse_event(None, None) == "fleet.executor_id_reused"
+    assert EVENT_LEVELS["fleet.executor_restarted"] == logging.INFO

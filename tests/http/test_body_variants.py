@@ -3,6 +3,7 @@ arm per variant, and every body an arm describes is a body the server's model ac
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -142,7 +143,10 @@ def values(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
     kind = prop.get("type")
     if kind == "string":
         size = min(prop.get("maxLength", 12), 12)
-        return st.text(TEXT, min_size=prop.get("minLength", 0), max_size=size)
+        text = st.text(TEXT, min_size=prop.get("minLength", 0), max_size=size)
+        pattern = prop.get("pattern")
+        # A pattern as JSON Schema reads it: unanchored, a match anywhere.
+        return text if pattern is None else text.filter(lambda t: re.search(pattern, t) is not None)
     if kind == "boolean":
         return st.booleans()
     if kind == "null":

@@ -326,6 +326,18 @@ def test_invalid_bodies_are_typed(chat: httpx.Client, body: dict[str, Any]) -> N
     assert_typed(chat.post("/chat", json=body), 400, "validation_error")
 
 
+def test_a_refused_chat_body_names_the_field(chat: httpx.Client) -> None:
+    """A chat body without its id, or a message of an unknown role, names the field."""
+    missing = assert_typed(
+        chat.post("/chat", json={"messages": [user("x")]}), 400, "validation_error"
+    )
+    assert missing["field"] == "id"
+    assert {"field": "id", "problem": "missing"} in missing["fields"]
+    role = {"id": "c", "messages": [{"id": "m", "role": "robot", "parts": []}]}
+    wrong = assert_typed(chat.post("/chat", json=role), 400, "validation_error")
+    assert wrong["field"] == "messages[0].role", wrong
+
+
 def test_not_json_is_typed(chat: httpx.Client) -> None:
     response = chat.post("/chat", content=b"{", headers={"content-type": "application/json"})
     assert_typed(response, 400, "validation_error")

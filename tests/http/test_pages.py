@@ -70,8 +70,10 @@ async def test_the_demo_page_is_served_with_the_demo_agents(
     assert ">Send</button>" in html
     assets = loaded_urls(html)
     assert "demo-page/demo.js" in assets and "demo-page/demo.css" in assets
+    # The page links what the demo has: the approval inbox, the API docs and the metrics.
+    assert {"inbox", "docs", "metrics"} <= set(assets)
     for asset in assets:
-        if asset.startswith("data:"):
+        if asset.startswith("data:") or asset == "metrics":  # a scrape needs its token
             continue
         assert not EXTERNAL.match(asset), asset
         assert (await demo_client.get("/" + asset)).status_code == 200, asset

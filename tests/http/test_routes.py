@@ -35,6 +35,41 @@ def test_start_refusals_are_typed(client: httpx.Client) -> None:
     client.post("/interrupt", json={"sessionId": parked["sessionId"]})
 
 
+def test_start_refuses_an_empty_or_blank_message_naming_the_field(client: httpx.Client) -> None:
+    """An empty or whitespace-only message runs no turn: 400 ``validation_error`` naming the
+    field ``message`` and its problem ``blank``; a missing field and an unknown one are named
+    too (``missing``, ``extra_forbidden``)."""
+    for message in ("", "   ", "\n\t "):
+        refused = client.post("/start", json={"agentType": "editor", "message": message})
+        body = assert_typed(refused, 400, "validation_error")
+        assert body["cause"] == "schema"
+        assert body["field"] == "message"
+        assert body["fields"] == [{"field": "message", "problem": "blank"}]
+    missing = assert_typed(client.post("/start", json={"message": "hi"}), 400, "validation_error")
+    assert missing["fields"] == [{"field": "agentType", "problem": "missing"}]
+    typo = {"agentType": "editor", "mesage": "hi"}
+    misspelt = assert_typed(client.post("/start", json=typo), 400, "validation_error")
+    assert misspelt["field"] == "message"
+    assert {"field": "mesage", "problem": "extra_forbidden"} in misspelt["fields"]
+    # Leading and trailing whitespace around text is the user's: kept, not refused.
+    out = start(client, "  hello  ")
+    client.post("/interrupt", json={"sessionId": out["sessionId"]})
+
+
+def test_resume_and_retry_refuse_a_blank_message_naming_the_field(client: httpx.Client) -> None:
+    """A new message delivered over a parked turn, or a retry's replacement input, is a user
+    message too: empty or whitespace-only is refused before anything is read."""
+    bodies = [
+        ("/resume", {"mode": "with_message"}),
+        ("/retry", {}),
+    ]
+    for route, rest in bodies:
+        for message in ("", "  \n"):
+            body = {"sessionId": "ses_missing", "message": message, **rest}
+            refused = assert_typed(client.post(route, json=body), 400, "validation_error")
+            assert refused["fields"] == [{"field": "message", "problem": "blank"}], route
+
+
 def test_start_continues_an_ended_session(client: httpx.Client) -> None:
     """/start with the sessionId of an ended session runs its next turn."""
     parked = start_parked(client)

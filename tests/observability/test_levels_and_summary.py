@@ -33,7 +33,7 @@ def test_every_seed_event_has_its_default_level() -> None:
         "client_tool.ownership_retry": logging.DEBUG,
         "client_tool.clear_pending_retry": logging.DEBUG,
         "client_tool.send_event_failed": logging.ERROR,
-        "submit_tool_result.body_too_large": logging.WARNING,
+        "server.body_too_large": logging.WARNING,
         "submit_tool_result.result_too_large": logging.WARNING,
     }
     assert {k: EVENT_LEVELS[k] for k in expected} == expected

@@ -4,6 +4,8 @@ fields on the record, and validation issues described without the values."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,3 +148,31 @@ def test_issues_beyond_the_limit_are_counted() -> None:
     assert describe_issues(issues, limit=2) == "f0: bad; f1: bad; and 5 more"
     assert describe_issues(issues[:2], limit=2) == "f0: bad; f1: bad"
     assert describe_issues([]) == ""
+
+
+_SCRIPT = """
+import logging, sys
+from helix_dbos.observability.log import log_event
+log_event("fleet.adopted", executorId="exec-1", count=1, workflowIds=["helix:ses_1:run_1"])
+log_event("turn.summary", outcome="completed")  # INFO: not shown unless configured
+if sys.argv[1] == "configured":
+    logging.basicConfig(format="APP %(levelname)s %(message)s")
+    log_event("fleet.adopted", executorId="exec-2", count=2, workflowIds=[])
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "configured"])
+def test_a_plain_script_sees_warnings_as_readable_lines(mode: str) -> None:
+    """With no logging configured, a warning is one readable line (the event and its fields),
+    not logging's last resort's bare event name; once the script configures logging, only its
+    own handlers print."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == (
+        'helix-dbos WARNING fleet.adopted executorId=exec-1 count=1 workflowIds=["helix:ses_1:run_1"]'
+    )
+    assert "turn.summary" not in done.stderr
+    assert lines[1:] == ([] if mode == "plain" else ["APP WARNING fleet.adopted"])

@@ -15,8 +15,8 @@ from dbos import DBOS
 
 from helix_dbos.errors import InvalidResultError, PayloadTooLargeError, StaleStateError
 from helix_dbos.http.app import create_app
-from helix_dbos.observability.log import logger
-from helix_dbos.runtime import wake
+from helix_dbos.observability.log import UNCONFIGURED_DEFAULT, logger
+from helix_dbos.runtime._turn import wake
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_helpers import FlakySaves, events_named, one_event
 
@@ -179,7 +179,7 @@ async def test_body_too_large_is_a_warning_before_the_body_is_read(launch: Any) 
                 "/submit-tool-result", content=body, headers={"content-type": "application/json"}
             )
     assert response.status_code == 413
-    event = one_event(events, "submit_tool_result.body_too_large")
+    event = one_event(events, "server.body_too_large")
     assert event["level"] == "WARNING"
     assert event["sizeBytes"] == len(body) and event["limitBytes"] == 4 * 64
     assert event["route"] == "submit-tool-result"
@@ -344,10 +344,13 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-async def test_records_carry_structured_extra_and_the_library_adds_no_handler(launch: Any) -> None:
+async def test_records_carry_structured_extra_and_the_library_adds_only_its_default(
+    launch: Any,
+) -> None:
     runtime = await launch(service_name="worker-west")
     assert logger.name == "helix_dbos"
-    assert logger.handlers == [] and logger.propagate is True
+    # The one handler the library adds prints only where nothing is configured.
+    assert logger.handlers == [UNCONFIGURED_DEFAULT] and logger.propagate is True
     assert logger.level == logging.NOTSET
     handler = _Records()
     logger.addHandler(handler)
@@ -359,7 +362,7 @@ async def test_records_carry_structured_extra_and_the_library_adds_no_handler(la
     finally:
         logger.removeHandler(handler)
         logger.setLevel(logging.NOTSET)
-    assert logger.handlers == []
+    assert logger.handlers == [UNCONFIGURED_DEFAULT]
     (record,) = [r for r in handler.records if getattr(r, "event", None) == "client_tool.suspended"]
     assert record.name == "helix_dbos" and record.levelno == logging.DEBUG
     assert record.getMessage() == "client_tool.suspended"

@@ -15,7 +15,7 @@ import pytest
 from dbos import DBOS, SetWorkflowID
 
 from helix_dbos.observability import metrics
-from helix_dbos.runtime.turn import run_turn
+from helix_dbos.runtime._turn.workflow import run_turn
 from tests.observability.obs_helpers import crash_a_parked_turn, populate
 
 pytestmark = pytest.mark.postgres_only

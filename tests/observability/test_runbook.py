@@ -21,7 +21,7 @@ import pytest
 from helix_dbos.core.clock import now_ms
 from helix_dbos.http.app import create_app
 from helix_dbos.runtime import AgentRuntime, Operator, names
-from helix_dbos.runtime.keeper import keep_once
+from helix_dbos.runtime._hibernated.keeper import keep_once
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_agents import make_agents
 from tests.observability.obs_helpers import (

@@ -23,7 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from helix_dbos.config import HelixSettings
-from helix_dbos.runtime import AgentRuntime, companion_replies, persistent
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime._companions import persistent
+from helix_dbos.runtime._companions import replies as companion_replies
 from tests.support.companions import companion_calls, lead_agent
 
 EXECUTOR = "companion-crash-exec"

@@ -354,7 +354,7 @@ async def answer_both(runtime: AgentRuntime) -> None:
 
 
 async def exit_at_hibernate(url: str) -> None:
-    from helix_dbos.runtime import hibernation
+    from helix_dbos.runtime._turn import hibernation
 
     real = hibernation.hibernate
 
@@ -375,7 +375,7 @@ async def exit_at_hibernate(url: str) -> None:
 
 
 async def exit_at_start(url: str) -> None:
-    from helix_dbos.runtime import submit
+    from helix_dbos.runtime._submit import answer as submit
 
     async def die(*args: Any) -> None:
         os._exit(EXIT_AT_START)

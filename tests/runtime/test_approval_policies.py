@@ -21,8 +21,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ApprovalForbiddenError, ApprovalMismatchError, ToolDefinitionError
 from helix_dbos.http.agui_events import AguiRun
 from helix_dbos.http.ui_stream import UIMessageStream
-from helix_dbos.runtime import AgentRuntime, Notification
-from helix_dbos.runtime.submit import Submission, precheck
+from helix_dbos.runtime import AgentRuntime, Notification, Submission
 from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from helix_dbos.testing import capture_log_events
@@ -90,7 +89,7 @@ async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -
         decider=finance("ada"),
     )
     with pytest.raises(ApprovalForbiddenError):
-        await precheck(rt.ctx, own)
+        await rt.precheck_submit(own)
     # The inbox does not offer it to ada; bob sees it.
     assert (await rt.approvals(viewer="ada")).approvals == []
     assert [x.approval_id for x in (await rt.approvals(viewer="bob")).approvals] == [a.approval_id]

@@ -13,7 +13,7 @@ import pytest
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
-from helix_dbos.runtime.handover import BatchJobs
+from helix_dbos.runtime._handover import BatchJobs
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 from tests.support.bank import Bank, banker, script

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helix_dbos.runtime.handover import BatchJobs, Continued, ParkedBatch, ReadLost
+from helix_dbos.runtime._handover import BatchJobs, Continued, ParkedBatch, ReadLost
 from helix_dbos.runtime.records import PlanItem
 
 

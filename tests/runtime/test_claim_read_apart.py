@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import names, steps
-from helix_dbos.runtime.entry import open_turn
+from helix_dbos.runtime import names
+from helix_dbos.runtime._commits.opening import open_turn
+from helix_dbos.runtime._turn import steps
 from helix_dbos.runtime.records import PlanItem, ToolResult
 from helix_dbos.store.store import SessionStore
 from tests.runtime.conftest import MakeRuntime

@@ -1,4 +1,4 @@
-"""The pure parts of a stop and of a message stashed over pending calls (``control.py``): what
+"""The pure parts of a stop and of a message stashed over pending calls (``_operations/control.py``): what
 a stop records on a tree's rows and counts, and when a new message may be stashed.
 
 The stop and the stash as a whole, on a real runtime, are in ``test_interrupt.py`` and
@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime.control import (
+from helix_dbos.runtime._operations.control import (
     _awaits_sub_agents,
     _record_stop,
     _stash_on,

@@ -7,7 +7,7 @@ import pytest
 from dbos import error as dbos_error
 
 from helix_dbos.errors import ErrorCode, HelixError
-from helix_dbos.runtime.failure import FIXED_MESSAGES, failure_of, internal_error, turn_error
+from helix_dbos.runtime._turn.failure import FIXED_MESSAGES, failure_of, internal_error, turn_error
 from helix_dbos.testing import capture_log_events
 
 SECRET = "postgresql://app:hunter2@db/prod SELECT * FROM users"

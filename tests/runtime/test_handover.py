@@ -1,5 +1,5 @@
 """A turn's first model step starts from its committed entry, alongside DBOS's start of its
-workflow (``runtime/handover.py``); a new session's entry itself commits while the workflow
+workflow (``runtime/_handover.py``); a new session's entry itself commits while the workflow
 starts. The step reads nothing back, sees exactly the conversation the store holds, and is the
 turn's own first step; a start that fails leaves the turn to the reconciler, whose turn runs
 the step only if it had not committed; a turn whose entry failed (or never committed) ends
@@ -20,10 +20,10 @@ from helix_dbos.errors import (
     StoreUnavailableError,
 )
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import entering as entering_module
-from helix_dbos.runtime import entry as entry_module
 from helix_dbos.runtime import names, records
-from helix_dbos.runtime.turn import run_turn
+from helix_dbos.runtime._commits import opening as entry_module
+from helix_dbos.runtime._facade import runtime as entering_module
+from helix_dbos.runtime._turn.workflow import run_turn
 from tests.psycopg_probe import record_task_statements
 from tests.runtime.agents import batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime

@@ -13,10 +13,11 @@ from typing import Any
 from dbos import DBOS
 
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, control
-from helix_dbos.runtime import heal as heal_module
-from helix_dbos.runtime.entry import open_turn
-from helix_dbos.runtime.heal import heal
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime._commits.opening import open_turn
+from helix_dbos.runtime._operations import control
+from helix_dbos.runtime._operations import heal as heal_module
+from helix_dbos.runtime._operations.heal import heal
 from helix_dbos.testing import capture_log_events
 from tests.support.asker import asker, parked, script
 

@@ -1,6 +1,6 @@
 """Hibernation: a turn parked past its hot window ends its workflow; a submit, a new message
-or the batch's deadline continues it from the row (``runtime/hibernation.py``,
-``runtime/continuation.py``). On Postgres and SQLite.
+or the batch's deadline continues it from the row (``runtime/_turn/hibernation.py``,
+``runtime/_hibernated/continuation.py``). On Postgres and SQLite.
 
 Each duplicate or concurrent start of a continuation must start ONE workflow that runs each
 model step once and commits one result per call; a stop removes what would continue it.
@@ -18,7 +18,8 @@ from helix_dbos.core import define_agent, define_tool
 from helix_dbos.errors import AgentAlreadyRunningError, AgentNotResumableError
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.observability import metrics
-from helix_dbos.runtime import keeper, names
+from helix_dbos.runtime import names
+from helix_dbos.runtime._hibernated import keeper
 from helix_dbos.testing import capture_log_events
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime

@@ -31,7 +31,9 @@ from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import AgentRegistry
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, continuation, keeper, names, submit
+from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime._hibernated import continuation, keeper
+from helix_dbos.runtime._submit import answer as submit
 from helix_dbos.store.hibernated import due_sessions
 from helix_dbos.store.store import SessionStore, now_ms
 from helix_dbos.testing import capture_log_events

@@ -1,4 +1,4 @@
-"""A sub-agent's turn hibernates, and its parent with it (``hibernation.py``, "A sub-agent's
+"""A sub-agent's turn hibernates, and its parent with it (``_turn/hibernation.py``, "A sub-agent's
 turn hibernates like a root's"). On Postgres and SQLite.
 
 Invariants (ARCHITECTURE.md, rule 25): a parent waiting on a hibernated sub-agent holds no
@@ -17,7 +17,8 @@ from dbos import DBOS
 
 from helix_dbos.core import define_agent
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, hibernation, names
+from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime._turn import hibernation
 from helix_dbos.runtime.records import NEVER_DUE
 from tests.runbook_sql import runbook_sql
 from tests.runtime.conftest import MakeRuntime

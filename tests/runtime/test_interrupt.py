@@ -14,7 +14,8 @@ from dbos import DBOS
 
 from helix_dbos.core.messages import Message
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, names, records, wake
+from helix_dbos.runtime import AgentRuntime, names, records
+from helix_dbos.runtime._turn import wake
 from helix_dbos.testing import capture_log_events
 from tests.runtime.wakeups import lose_answer_wakeups, wake_ups_sent
 from tests.support.asker import asker, parked, script

@@ -329,4 +329,39 @@ async def test_cli_checkpoints(make_runtime: Any, db_url: str) -> None:
 
     assert json.loads(await asyncio.to_thread(run, "--json")) == expected
     table = await asyncio.to_thread(run)
-    assert expected[0]["checkpointId"] in table.splitlines()[1]
+    assert expected[0]["checkpointId"] in table
+
+
+def test_checkpoint_ids_go_below_their_rows_when_the_table_is_too_wide() -> None:
+    """Ids of about 110 characters: in 80 columns every row fits and its id follows on a line
+    of its own, whole; where the table fits, it is one line a row, the id last."""
+    from helix_dbos.cli.sessions import render_checkpoints
+
+    long_id = "helix:ses_" + "a" * 24 + ":run_" + "b" * 24 + ":run_" + "c" * 24 + ":12:hibernate"
+    rows: list[dict[str, Any]] = [
+        {
+            "checkpointId": long_id,
+            "kind": "results",
+            "runId": "run_" + "b" * 24,
+            "step": 12,
+            "messageCount": 31,
+            "createdAt": "2026-12-06T07:20:11.123+00:00",
+        },
+        {
+            "checkpointId": "cp_short",
+            "kind": "model",
+            "runId": None,
+            "step": 1,
+            "messageCount": 2,
+            "createdAt": "2026-12-06T07:19:11.123+00:00",
+        },
+    ]
+    narrow = render_checkpoints(rows, 80).splitlines()
+    assert len(long_id) > 100
+    assert all(len(line) <= 80 for line in narrow if line.strip() not in (long_id, "cp_short"))
+    assert narrow[0].split() == ["CREATED", "(UTC)", "KIND", "RUN", "STEP", "MESSAGES"]
+    assert narrow[2] == f"    {long_id}" and narrow[4] == "    cp_short"
+    assert narrow[3].split() == ["2026-12-06", "07:19:11", "model", "-", "1", "2"]
+    wide = render_checkpoints(rows, 400).splitlines()
+    assert len(wide) == 3 and wide[0].split()[-1] == "CHECKPOINT"
+    assert wide[1].endswith(long_id) and wide[2].endswith("cp_short")

@@ -23,8 +23,8 @@ from helix_dbos.errors import ApprovalMismatchError, StaleStateError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.observability.approval_metrics import ApprovalMetrics
 from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime._commits.once import after_commit, commit_once
 from helix_dbos.runtime.live_metrics import scrape
-from helix_dbos.runtime.once import after_commit, commit_once
 from tests.runtime.conftest import MakeRuntime
 
 #: The quick approval's deadline: long enough for the test to see it pending first.

@@ -11,7 +11,7 @@ import pytest
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import ProviderError
 from helix_dbos.llm.scripted import ScriptedLLM, reply
-from helix_dbos.runtime import model_step
+from helix_dbos.runtime._turn import steps as model_step
 from helix_dbos.testing import capture_log_events
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from helix_dbos.errors import RequestValidationError
-from helix_dbos.runtime.dispatch import Dispatcher
-from helix_dbos.runtime.notifications import Notifications
+from helix_dbos.runtime._notifications.dispatcher import Dispatcher
+from helix_dbos.runtime._notifications.hooks import Notifications
 from helix_dbos.store import outbox
 from helix_dbos.store.store import SessionStore
 from helix_dbos.testing import capture_log_events

@@ -8,7 +8,7 @@ import pytest
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime.once import commit_once, exactly_once
+from helix_dbos.runtime._commits.once import commit_once, exactly_once
 from helix_dbos.store.store import Fenced, guard
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -87,7 +87,7 @@ async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
     """The record is read first: a second execution of a committed sub-agent start returns the
     recorded result, where running the body again would raise ``state_already_running``
     (the child session it created is running)."""
-    from helix_dbos.runtime.entry import open_turn
+    from helix_dbos.runtime._commits.opening import open_turn
 
     runtime = await make_runtime([editor_agent()])
     store = runtime.store

@@ -1,11 +1,11 @@
-"""A turn's outcomes and results as values (``runtime/outcomes.py``)."""
+"""A turn's outcomes and results as values (``runtime/_turn/outcomes.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from helix_dbos.runtime.once import FENCED
-from helix_dbos.runtime.outcomes import (
+from helix_dbos.runtime._commits.once import FENCED
+from helix_dbos.runtime._turn.outcomes import (
     Stopped,
     check_fence,
     completed,

@@ -25,8 +25,9 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.errors import AgentAlreadyRunningError, ToolDefinitionError
 from helix_dbos.http import create_router
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime, names, persistent, records
-from helix_dbos.runtime.entry import open_turn
+from helix_dbos.runtime import AgentRuntime, names, records
+from helix_dbos.runtime._commits.opening import open_turn
+from helix_dbos.runtime._companions import persistent
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.persistent_agents import keeper_agent
 

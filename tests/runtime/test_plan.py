@@ -11,7 +11,7 @@ from helix_dbos.core import DefaultResult
 from helix_dbos.core.agents import DEFAULT_CLIENT_TOOL_TIMEOUT, Agent, define_agent
 from helix_dbos.core.messages import ToolCall
 from helix_dbos.llm.scripted import ScriptedLLM, reply
-from helix_dbos.runtime.plan import SUSPENDING_KINDS, plan_calls
+from helix_dbos.runtime._triage import SUSPENDING_KINDS, plan_calls
 from tests.support.builders import client_tool, scripted_agent, server_tool
 
 CHILD = define_agent("child", llm=ScriptedLLM(lambda request: reply("done")))

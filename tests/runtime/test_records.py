@@ -12,7 +12,9 @@ from typing import Any, get_args, get_type_hints
 
 import pytest
 
-from helix_dbos.runtime import names, once, plan, records
+from helix_dbos.runtime import _triage as plan
+from helix_dbos.runtime import names, records
+from helix_dbos.runtime._commits import once
 
 
 def shape(typed: Any) -> dict[str, str]:
@@ -205,9 +207,9 @@ def test_the_recorded_values_have_the_pinned_shapes() -> None:
     """What the code builds matches the TypedDicts: a plan item, a resolved answer, a fenced
     result, an answer's wake-up and a reconciler repair, key for key."""
     from helix_dbos.core.messages import ToolCall
-    from helix_dbos.runtime.heal import Repair
-    from helix_dbos.runtime.resolve import resolve_call
-    from helix_dbos.runtime.submit import _answer_message
+    from helix_dbos.runtime._operations.heal import Repair
+    from helix_dbos.runtime._submit.answer import _answer_message
+    from helix_dbos.runtime._turn.resolve import resolve_call
 
     from .agents import editor_agent
 

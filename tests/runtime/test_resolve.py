@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helix_dbos.core.session import CallKind
-from helix_dbos.runtime.records import ToolCallRef, ToolResult, TurnOutcome
-from helix_dbos.runtime.resolve import (
+from helix_dbos.runtime._turn.resolve import (
     _approval_answer,
     _client_answer,
     call_outcome,
@@ -18,6 +17,7 @@ from helix_dbos.runtime.resolve import (
     end_fields,
     resolve_call,
 )
+from helix_dbos.runtime.records import ToolCallRef, ToolResult, TurnOutcome
 from tests.support.builders import REGISTERED_AT, WAIT_MS, pending_call
 from tests.support.strategies import json_values
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from helix_dbos.runtime import names
-from helix_dbos.runtime.turn import RETIRED_MESSAGE
+from helix_dbos.runtime._turn.workflow import RETIRED_MESSAGE
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
 

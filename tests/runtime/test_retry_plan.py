@@ -1,4 +1,4 @@
-"""The retry's plan, step by step (``runtime/retry_plan.py``): pure, no database."""
+"""The retry's plan, step by step (``runtime/_operations/retry_plan.py``): pure, no database."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from helix_dbos.core.markers import entry_input_run, mark_entry_input, sub_agent
 from helix_dbos.core.messages import Message, ToolCall
 from helix_dbos.core.session import PendingCall, SessionState
 from helix_dbos.errors import RequestValidationError
-from helix_dbos.runtime.records import STASH_KEY
-from helix_dbos.runtime.retry_plan import (
+from helix_dbos.runtime._operations.retry_plan import (
     again,
     checkpoint_tail,
     committed_steps,
@@ -26,6 +25,7 @@ from helix_dbos.runtime.retry_plan import (
     rerun_input,
     stashed_message,
 )
+from helix_dbos.runtime.records import STASH_KEY
 from helix_dbos.store.history import LogRow
 from tests.support.builders import REGISTERED_AT, pending_call
 

@@ -12,7 +12,8 @@ from dbos import DBOS
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime, names, records, steps
+from helix_dbos.runtime import AgentRuntime, names, records
+from helix_dbos.runtime._turn import steps
 from helix_dbos.runtime.records import TurnError, TurnSummary
 from tests.runtime.conftest import MakeRuntime
 from tests.support.asker import asker, parked, script

@@ -1,4 +1,4 @@
-"""The checks of a submit that need no write (``runtime/submission.py``): its shape and size
+"""The checks of a submit that need no write (``runtime/_submit/checks.py``): its shape and size
 before anything is read, and its answer validated against the call it answers."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from helix_dbos.errors import (
     PayloadTooLargeError,
     RequestValidationError,
 )
-from helix_dbos.runtime.submission import (
+from helix_dbos.runtime._submit.checks import (
     MISSING,
     Submission,
     check_shape,

@@ -13,7 +13,8 @@ from dbos import DBOS
 
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import names, steps
+from helix_dbos.runtime import names
+from helix_dbos.runtime._turn import steps
 from helix_dbos.store.store import RetryTransaction, now_ms
 from helix_dbos.testing import capture_log_events
 from tests.observability.obs_helpers import FlakySaves

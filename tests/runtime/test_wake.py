@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from helix_dbos.runtime import names, wake
+from helix_dbos.runtime import names
+from helix_dbos.runtime._turn import wake
 from helix_dbos.runtime.records import TurnMessage
 from helix_dbos.store import dbos_messages, pg
 from helix_dbos.store.schema import states
@@ -60,7 +61,7 @@ async def test_wake_local_finds_a_parked_recv(make_runtime: MakeRuntime) -> None
 
 def test_dbos_is_imported_through_its_public_api_only() -> None:
     """No module imports a private DBOS module, except the one read guarded above."""
-    package = Path(wake.__file__).resolve().parent.parent
+    package = Path(wake.__file__).resolve().parents[2]
     private: dict[str, list[str]] = {}
     for path in sorted(package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -74,7 +75,7 @@ def test_dbos_is_imported_through_its_public_api_only() -> None:
             hits = [n for n in names if n.startswith("dbos.") and n.split(".")[1].startswith("_")]
             if hits:
                 private.setdefault(str(path.relative_to(package)), []).extend(hits)
-    assert private == {"runtime/wake.py": ["dbos._dbos"]}
+    assert private == {"runtime/_turn/wake.py": ["dbos._dbos"]}
 
 
 async def test_the_answer_is_written_before_its_wake_up_in_one_transaction(

@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 from dbos import DBOS
 
-from helix_dbos.runtime import AgentRuntime, wake
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime._turn import wake
 
 
 def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,6 +91,8 @@ def test_the_demo_script_installs_and_serves_the_demo_and_keeps_its_state(
     finally:
         out, err = _stop(proc)
     assert f"open http://127.0.0.1:{port}/" in out
+    assert f"Approval inbox: http://127.0.0.1:{port}/inbox" in out
+    assert "PORT=8001 bash scripts/demo" in out
     assert ".venv/bin/helix-dbos" in out
     assert f"{tmp_path / 'demo.env'} (kept across restarts" in out
     assert (ROOT / ".venv" / "bin" / "helix-dbos").exists()
@@ -100,6 +102,11 @@ def test_the_demo_script_installs_and_serves_the_demo_and_keeps_its_state(
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
     state = _read_state(state_file)
     assert len(state["HELIX_AUTH_SECRET"]) == 64
+    assert len(state["HELIX_METRICS_TOKEN"]) == 32
+    assert (
+        f"Metrics: curl -H 'Authorization: Bearer {state['HELIX_METRICS_TOKEN']}' "
+        f"http://127.0.0.1:{port}/metrics"
+    ) in out
     assert _executor_ids(database) == [state["HELIX_EXECUTOR_ID"]]
 
     proc, base = _run_demo(env, port)
@@ -107,8 +114,17 @@ def test_the_demo_script_installs_and_serves_the_demo_and_keeps_its_state(
         # The first run's token is still good: the secret is the same.
         status = httpx.get(f"{base}/status", params=session, headers=bearer, timeout=10)
         assert status.status_code == 200, status.text
+        # The metrics token of demo.env opens /metrics; without it, the 401 says what to send.
+        scrape = {"Authorization": f"Bearer {state['HELIX_METRICS_TOKEN']}"}
+        metrics = httpx.get(f"{base}/metrics", headers=scrape, timeout=10)
+        assert metrics.status_code == 200 and "helix_" in metrics.text
+        refused = httpx.get(f"{base}/metrics", timeout=10)
+        assert refused.status_code == 401 and "HELIX_METRICS_TOKEN" in refused.json()["error"]
     finally:
-        _stop(proc)
+        out, err = _stop(proc)
+    # The install is editable and pyproject.toml did not change: no second install.
+    assert "not installing again" in out and "Installing helix-dbos" not in out
+    assert "fleet.executor_id_reused" not in err
     assert _read_state(state_file) == state
     assert _executor_ids(database) == [state["HELIX_EXECUTOR_ID"]], "one executor, twice"
 
@@ -118,7 +134,8 @@ def _use_state(tmp_path: Path, *serve_args: str, **env: str) -> dict[str, str]:
     script = (
         'set -euo pipefail; source "$0"; '
         'demo_state_use "$(demo_state_file "${HELIX_DATABASE_URL}")" "$@"; '
-        'echo "secret=${HELIX_AUTH_SECRET:-}"; echo "executor=${HELIX_EXECUTOR_ID:-}"'
+        'echo "secret=${HELIX_AUTH_SECRET:-}"; echo "executor=${HELIX_EXECUTOR_ID:-}"; '
+        'echo "metrics=${HELIX_METRICS_TOKEN:-}"'
     )
     done = subprocess.run(
         ["bash", "-c", script, str(STATE_HELPER), *serve_args],
@@ -141,11 +158,15 @@ def test_the_state_is_reused_and_explicit_variables_win(tmp_path: Path) -> None:
     kept = state_file.read_text()
 
     explicit = _use_state(tmp_path, HELIX_AUTH_SECRET="s" * 40, HELIX_EXECUTOR_ID="mine")
-    assert explicit == {"secret": "s" * 40, "executor": "mine"}
+    assert explicit == {"secret": "s" * 40, "executor": "mine", "metrics": first["metrics"]}
     assert state_file.read_text() == kept, "the file keeps its own values"
 
     # With several workers each generates its own executor id: none is given.
-    assert _use_state(tmp_path, "--workers", "2") == {"secret": first["secret"], "executor": ""}
+    assert _use_state(tmp_path, "--workers", "2") == {
+        "secret": first["secret"],
+        "executor": "",
+        "metrics": first["metrics"],
+    }
     assert _use_state(tmp_path, "--workers=1")["executor"] == first["executor"]
 
 
@@ -159,7 +180,25 @@ def test_a_loose_or_partial_state_file_is_completed_and_made_private(tmp_path: P
     assert used["secret"] == "kept-secret-0123456789-0123456789"
     assert used["executor"].startswith("demo-")
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+    assert len(used["metrics"]) == 32
     assert _read_state(state_file) == {
         "HELIX_AUTH_SECRET": used["secret"],
         "HELIX_EXECUTOR_ID": used["executor"],
+        "HELIX_METRICS_TOKEN": used["metrics"],
     }
+
+
+def test_a_state_file_of_an_earlier_demo_gains_a_metrics_token(tmp_path: Path) -> None:
+    """A demo.env written before the metrics token keeps its secret and executor id and gets
+    a token; an explicit HELIX_METRICS_TOKEN wins over the file's."""
+    state_file = tmp_path / "demo.env"
+    state_file.write_text(
+        "HELIX_AUTH_SECRET=kept-secret-0123456789-0123456789\nHELIX_EXECUTOR_ID=demo-kept\n"
+    )
+    used = _use_state(tmp_path)
+    assert (used["secret"], used["executor"]) == (
+        "kept-secret-0123456789-0123456789",
+        "demo-kept",
+    )
+    assert _read_state(state_file)["HELIX_METRICS_TOKEN"] == used["metrics"]
+    assert _use_state(tmp_path, HELIX_METRICS_TOKEN="x" * 20)["metrics"] == "x" * 20

@@ -135,7 +135,12 @@ def test_helix_llm_selects_the_demo_model(tmp_path: Path) -> None:
             "Unsupported database URL scheme",
             id="wrong-url",
         ),
-        pytest.param({"HELIX_MAX_RESULT_BYTES": "lots"}, [], "not a number", id="bad-setting"),
+        pytest.param(
+            {"HELIX_MAX_RESULT_BYTES": "lots"},
+            [],
+            "HELIX_MAX_RESULT_BYTES='lots' is not a whole number",
+            id="bad-setting",
+        ),
         pytest.param({"HELIX_LOG_LEVEL": "loud"}, [], "HELIX_LOG_LEVEL", id="bad-log-level"),
         pytest.param({"DBOS_LOG_LEVEL": "loud"}, [], "DBOS_LOG_LEVEL", id="bad-dbos-level"),
         pytest.param({}, ["nowhere_at_all:agents"], "No module", id="app-module"),

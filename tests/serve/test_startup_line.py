@@ -90,6 +90,7 @@ def test_a_port_in_use_exits_2_before_the_database_is_touched(tmp_path: Path) ->
         done = run_cli(["serve", "--port", str(port)], env, tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"helix-dbos serve: port {port} is already in use on 127.0.0.1"
+        f"helix-dbos serve: port {port} is already in use on 127.0.0.1: stop what listens "
+        "there, or pick another port with --port N (for the demo: PORT=N bash scripts/demo)"
     ], done.stderr
     assert not (tmp_path / "serve.sqlite").exists()

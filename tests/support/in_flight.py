@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from helix_dbos.runtime import AgentRuntime, batch_job, first_step, handover
+from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import _handover as handover
+from helix_dbos.runtime._turn import batch_job
+from helix_dbos.runtime._turn import first_model_step as first_step
 
 #: How long ``settled`` waits: far beyond what the work needs (milliseconds, or a held model
 #: call once released), so a busy machine never fails a test and a stuck turn always does.

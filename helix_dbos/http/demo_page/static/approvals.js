@@ -12,11 +12,17 @@
 //      session it starts, with its token, in localStorage ('helix-dbos-demo-sessions'); a
 //      session token lists only its own session's approvals (GET /approvals?sessionId=...),
 //      so the page asks once per session and merges the lists. An expired token is forgotten.
-// Each approval is answered with the credential that listed it.
+// Step 1 is skipped when the browser holds session tokens (the server uses them) or when it
+// was refused before ('helix-dbos-demo-approvals-mode'): no request is sent to be refused,
+// and the browser's console stays clean. Each approval is answered with the credential that
+// listed it. The chat page and this one tell each other, on a BroadcastChannel, when they
+// answer an approval, so the other shows it at once.
 'use strict';
 
 (() => {
   const HELD_KEY = 'helix-dbos-demo-sessions';
+  const MODE_KEY = 'helix-dbos-demo-approvals-mode';
+  const channel = 'BroadcastChannel' in window ? new BroadcastChannel('helix-dbos-demo') : null;
   const PAGE_SIZE = 100;
   const POLL_MS = 5000;
   // How long a card answered here stays, with its outcome, once the list no longer has it.
@@ -85,15 +91,36 @@
     return response.json();
   }
 
+  function storedMode() {
+    try {
+      return localStorage.getItem(MODE_KEY);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function storeMode(mode) {
+    try {
+      localStorage.setItem(MODE_KEY, mode);
+    } catch (_) {
+      // Storage disabled: the page asks again next time.
+    }
+  }
+
   // Every approval the page may see, each with the token that answers it, oldest first.
   async function listAll() {
-    try {
-      const page = await getApprovals({}, null);
-      const items = page.approvals.map((a) => ({ ...a, token: null }));
-      return { mode: 'open', more: Boolean(page.nextCursor), items };
-    } catch (error) {
-      const refused = error instanceof ApiError && (error.status === 401 || error.status === 403);
-      if (!refused) throw error;
+    const withTokens = heldSessions().some((h) => h.token) || storedMode() === 'tokens';
+    if (!withTokens) {
+      try {
+        const page = await getApprovals({}, null);
+        storeMode('open');
+        const items = page.approvals.map((a) => ({ ...a, token: null }));
+        return { mode: 'open', more: Boolean(page.nextCursor), items };
+      } catch (error) {
+        const refused = error instanceof ApiError && (error.status === 401 || error.status === 403);
+        if (!refused) throw error;
+        storeMode('tokens');
+      }
     }
     const held = heldSessions().filter((h) => h.token);
     const pages = await Promise.all(
@@ -222,11 +249,19 @@
             ? 'Approved.'
             : 'Denied.';
         li.doneAt = Date.now();
+        li.classList.add('decided');
+        if (channel) {
+          channel.postMessage({
+            type: 'approval-answered',
+            sessionId: li.approval.rootSessionId,
+          });
+        }
       } catch (error) {
         if (error instanceof ApiError && error.code === 'unknown_tool_call') {
           // Answered elsewhere, stopped or lapsed meanwhile: nothing to decide any more.
           outcome.textContent = `No longer waiting (${error.reason || error.code}).`;
           li.doneAt = Date.now();
+          li.classList.add('decided');
         } else {
           approve.disabled = deny.disabled = reason.disabled = false;
           outcome.classList.add('bad');
@@ -253,7 +288,9 @@
     return `The server cannot be reached: ${error.message}`;
   }
 
-  function render(listing, listedAt) {
+  // keepDecided: a card answered here stays a while with its outcome after the list has
+  // dropped it (not after Refresh, which shows what waits now, and only that).
+  function render(listing, listedAt, keepDecided) {
     const next = new Map();
     for (const approval of listing.items) {
       const k = key(approval);
@@ -261,16 +298,23 @@
       li.refresh(approval, listedAt);
       next.set(k, li);
     }
-    // A card answered here stays a while with its outcome, after the list has dropped it.
+    let decided = 0;
     for (const [k, li] of shown) {
-      if (li.doneAt && !next.has(k) && Date.now() - li.doneAt < KEEP_DECIDED_MS) next.set(k, li);
+      const recent = li.doneAt && Date.now() - li.doneAt < KEEP_DECIDED_MS;
+      if (keepDecided && recent && !next.has(k)) {
+        next.set(k, li);
+        decided += 1;
+      }
     }
     els.list.replaceChildren(...next.values());
     shown = next;
     const n = listing.items.length;
     const more = listing.more ? ' (the oldest shown first; more are waiting)' : '';
     const plural = n === 1 ? '' : 's';
-    setStatus(n === 0 ? 'No approval is waiting.' : `${n} approval${plural} waiting${more}.`);
+    const answered = decided ? ` Below: ${decided} answered here.` : '';
+    setStatus(
+      (n === 0 ? 'No approval is waiting.' : `${n} approval${plural} waiting${more}.`) + answered,
+    );
     els.scope.textContent =
       listing.mode === 'open'
         ? 'Every session of this server.'
@@ -279,12 +323,12 @@
   }
 
   let loading = false;
-  async function refresh() {
+  async function refresh(keepDecided = true) {
     if (loading) return;
     loading = true;
     try {
       const listedAt = Date.now();
-      render(await listAll(), listedAt);
+      render(await listAll(), listedAt, keepDecided);
     } catch (error) {
       setStatus(describe(error), true);
     } finally {
@@ -292,7 +336,13 @@
     }
   }
 
-  els.refresh.addEventListener('click', refresh);
+  els.refresh.addEventListener('click', () => refresh(false));
+  if (channel) {
+    // The chat answered one: list again now, not at the next poll.
+    channel.onmessage = (message) => {
+      if ((message.data || {}).type === 'approval-answered') refresh();
+    };
+  }
   setInterval(() => {
     if (document.visibilityState === 'visible') refresh();
   }, POLL_MS);

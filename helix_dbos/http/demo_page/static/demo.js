@@ -27,6 +27,8 @@
     'waited for, for as long as its deadline allows.\n';
   // How often a dropped stream is opened again before the page gives up and says so.
   const STREAM_RETRIES = 5;
+  // The chat and the inbox of this browser tell each other when they answer an approval.
+  const CHANNEL = 'helix-dbos-demo';
 
   const $ = (id) => document.getElementById(id);
   const els = {
@@ -105,6 +107,7 @@
       toolEntries: new Map(), // toolCallId -> li
       companionPolls: 0, // reads left while a companion's reply (and the turn it starts) is due
       companionReplied: false,
+      heldReplies: [], // companion replies that came while a turn streamed: shown at its end
       sendingRun: null, // the run that sent to the companion
     };
   }
@@ -247,11 +250,17 @@
       case 'tool_end':
         finishCall(data);
         break;
-      case 'companion_message':
-        addEntry('companion', `${data.companion}: ${data.text || '(no reply text)'}`);
+      case 'companion_message': {
+        const text = `${data.companion}: ${data.text || '(no reply text)'}`;
+        // A reply that comes while the turn that sent the note still streams its announcement
+        // ("its reply will appear here") shows after that turn's end, not before its text.
+        if (view.turnActive) view.heldReplies.push(text);
+        else addEntry('companion', text);
         view.companionReplied = true;
         break;
+      }
       case 'turn_end':
+        for (const text of view.heldReplies.splice(0)) addEntry('companion', text);
         if (view.companionReplied && event.runId !== view.sendingRun) view.companionPolls = 0;
         view.turnActive = false;
         for (const call of view.pending.values()) closeCall(call.toolCallId, 'closed: the turn ended');
@@ -436,9 +445,35 @@
       setTimeout(() => epoch === view.epoch && follow(), 1000);
     }
     const waiting = [...view.pending.values()].filter((c) => !view.submitted.has(c.toolCallId));
-    if (waiting.some((c) => c.kind === 'approval')) setStatus('Waiting for your approval.');
-    else if (!view.turnActive) setStatus('Ready.');
+    if (waiting.some((c) => c.kind === 'approval')) {
+      setStatus('Waiting for your approval.');
+      watchApprovals();
+    } else if (!view.turnActive) setStatus('Ready.');
     updateControls();
+  }
+
+  // An approval may be answered elsewhere: in the inbox, another tab, from a shell. While one
+  // waits, the page reads the session again every few seconds (the read replays what came
+  // since, and ends at once while nothing did); a word from the inbox in this browser
+  // (BroadcastChannel) makes it read at once. Either way the card shows how it was decided.
+  const WATCH_MS = 3000;
+  const channel = 'BroadcastChannel' in window ? new BroadcastChannel(CHANNEL) : null;
+
+  function watchApprovals() {
+    const epoch = view.epoch;
+    clearTimeout(view.watch);
+    view.watch = setTimeout(() => {
+      if (epoch !== view.epoch || view.streaming) return;
+      if (document.visibilityState !== 'visible') watchApprovals();
+      else follow();
+    }, WATCH_MS);
+  }
+
+  if (channel) {
+    channel.onmessage = (message) => {
+      const data = message.data || {};
+      if (data.type === 'approval-answered' && data.sessionId === state.sessionId) follow();
+    };
   }
 
   // An answer (a client tool's result, an approval) must not be lost to a server that is down
@@ -560,6 +595,7 @@
       return;
     }
     view.submitted.add(call.toolCallId);
+    if (channel) channel.postMessage({ type: 'approval-answered', sessionId: state.sessionId });
     if (li) cardOutcome(li, approved ? 'Approved.' : 'Denied.');
     setStatus('The agent is working…');
     await follow();
