@@ -26,6 +26,8 @@ Variable                       Meaning (default)
                                only checks the schema and names the command to run.
 ``HELIX_MAX_EXECUTOR_THREADS`` Bound on DBOS's thread pool (64).
 ``HELIX_SQLITE_POLL_SECONDS``  SQLite wake-up polling interval (0.05).
+``HELIX_DECISION_RETENTION_DAYS`` How long ``helix-dbos approvals --purge-decided`` keeps the
+                               decision record (unset: it needs ``--older-than``).
 ``DBOS_LOG_LEVEL``             DBOS's own log level (``WARNING``; any case).
 =============================  ==========================================================
 
@@ -170,6 +172,7 @@ _NUMBER_VARS: dict[str, tuple[str, Callable[[str], object]]] = {
     "HELIX_HEAL_GRACE_SECONDS": ("heal_grace_seconds", float),
     "HELIX_HIBERNATE_AFTER_SECONDS": ("hibernate_after_seconds", _seconds_or_never),
     "HELIX_DEADLINE_KEEPER_SECONDS": ("deadline_keeper_seconds", float),
+    "HELIX_DECISION_RETENTION_DAYS": ("decision_retention_days", float),
 }
 
 
@@ -229,8 +232,17 @@ class HelixSettings:
     before the turn hibernates (``0``: at once; ``None``: never). ``define_agent``'s
     ``hibernate_after`` wins."""
     deadline_keeper_seconds: float = 1.0
+    decision_retention_days: float | None = None
+    """How long the decision record is kept by ``helix-dbos approvals --purge-decided``
+    (``None``: for ever, unless the command names a period)."""
     """How often the deadline keeper looks for hibernated batches that are due (``0``: never)."""
     extra_dbos_config: Mapping[str, object] = field(default_factory=dict)
+
+    def _check_periods(self) -> None:
+        if self.deadline_keeper_seconds < 0:
+            raise ConfigError("deadline_keeper_seconds must be >= 0")
+        if self.decision_retention_days is not None and not self.decision_retention_days > 0:
+            raise ConfigError("decision_retention_days must be > 0")
 
     def __post_init__(self) -> None:
         parse_database_url(self.database_url)
@@ -261,8 +273,7 @@ class HelixSettings:
             raise ConfigError(
                 f"hibernate_after_seconds must be a finite number >= 0 or None (got {window})"
             )
-        if self.deadline_keeper_seconds < 0:
-            raise ConfigError("deadline_keeper_seconds must be >= 0")
+        self._check_periods()
         if (
             self.store_max_state_bytes is not None
             and self.max_result_bytes > self.store_max_state_bytes

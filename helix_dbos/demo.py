@@ -13,6 +13,8 @@ the document is never touched then)::
                                   alone, publish the document as it is
     review <anything>             ask the ``reviewer`` companion (docs/companions.md); its
                                   reply comes back later and starts an editor turn
+    delete [document <id>]        ``deleteDocument``: two humans must approve it, neither of
+                                  them the one who asked (an approval policy, approvals.md)
 
 For fault tests, ``HELIX_DEMO_MODEL_DELAY_MS`` makes each scripted model call take that many
 milliseconds (default 0), so a test can stop or kill the server while a model call runs.
@@ -26,6 +28,7 @@ import re
 from pydantic import BaseModel, Field
 
 from .core.agents import Agent, define_agent
+from .core.approval_policy import ApprovalPolicy
 from .core.companions import as_companion
 from .core.llm import LLM, LLMRequest, LLMResponse
 from .core.markers import is_sub_agent_notification
@@ -42,6 +45,8 @@ __all__ = [
     "Edit",
     "EditContentInput",
     "EditContentOutput",
+    "DeleteDocumentInput",
+    "DeleteDocumentOutput",
     "PublishDocumentInput",
     "PublishDocumentOutput",
     "demo_agents",
@@ -72,6 +77,7 @@ _REPLACE = re.compile(
 )
 _PUBLISH = re.compile(r"\bpublish", re.IGNORECASE)
 _REVIEW = re.compile(r"^\s*review\b", re.IGNORECASE)
+_DELETE = re.compile(r"^\s*delete\b", re.IGNORECASE)
 _DOCUMENT = re.compile(r"\bdocument\s+(?P<id>[\w.-]+)", re.IGNORECASE)
 
 
@@ -113,6 +119,23 @@ def _publish(args: PublishDocumentInput) -> PublishDocumentOutput:
     return PublishDocumentOutput(published=True, url=f"https://docs.example.com/{args.documentId}")
 
 
+class DeleteDocumentInput(BaseModel):
+    """The document to delete."""
+
+    documentId: str = Field(min_length=1)
+
+
+class DeleteDocumentOutput(BaseModel):
+    """What was deleted."""
+
+    deleted: bool
+    documentId: str
+
+
+def _delete(args: DeleteDocumentInput) -> DeleteDocumentOutput:
+    return DeleteDocumentOutput(deleted=True, documentId=args.documentId)
+
+
 EDIT_CONTENT: Tool = define_tool(
     "editContent",
     "Apply edits to the document open in the user's editor (runs in the browser).",
@@ -127,6 +150,18 @@ PUBLISH_DOCUMENT: Tool = define_tool(
     PublishDocumentOutput,
     execute=_publish,
     require_approval=True,
+)
+
+
+#: The demo's tool that needs two approvers: a quorum of two, neither the session's own user.
+DELETE_DOCUMENT: Tool = define_tool(
+    "deleteDocument",
+    "Delete the document for good. Two humans must approve it first, not the one who asked.",
+    DeleteDocumentInput,
+    DeleteDocumentOutput,
+    execute=_delete,
+    require_approval=True,
+    approval_policy=ApprovalPolicy(four_eyes=True, quorum=2),
 )
 
 
@@ -186,6 +221,10 @@ def _edit_outcome(result: Message) -> tuple[str, bool]:
 def _first_step(request: LLMRequest, user_text: str) -> LLMResponse:
     """The answer to the user's message: edits, else a publication, else a review, else what
     it understands."""
+    if _DELETE.match(user_text):
+        match = _DOCUMENT.search(user_text)
+        document_id = match.group("id") if match else "doc-1"
+        return call(request, ("deleteDocument", {"documentId": document_id}))
     if _REVIEW.match(user_text):
         send = {"companion": REVIEWER_AGENT, "message": user_text}
         return call(request, ("companion__sendMessage", send), text="Asking the reviewer.")
@@ -217,6 +256,12 @@ def editor_script(request: LLMRequest) -> LLMResponse:
     sent = _latest_tool(messages, "companion__sendMessage")
     if sent is not None:
         return reply(_sent(sent))
+    deleted = _latest_tool(messages, "deleteDocument")
+    if deleted is not None:
+        if deleted.is_error:
+            return reply(f"The document was not deleted: {deleted.content}")
+        gone = deleted.result.get("documentId", "") if isinstance(deleted.result, dict) else ""
+        return reply(f"Deleted document {gone}.")
     edit = _latest_tool(messages, "editContent")
     publish = _latest_tool(messages, "publishDocument")
     if edit is None:
@@ -287,9 +332,9 @@ def editor_agent(
             delay_seconds=_model_delay_seconds(),
             stream_pause_seconds=stream_pause_seconds,
         ),
-        instructions="You edit the user's document with editContent and publish it with "
-        "publishDocument when asked; you consult the reviewer with companion__sendMessage.",
-        tools=[EDIT_CONTENT, PUBLISH_DOCUMENT],
+        instructions="You edit the user's document with editContent, publish it with "
+        "publishDocument and delete it with deleteDocument when asked; you consult the reviewer with companion__sendMessage.",
+        tools=[EDIT_CONTENT, PUBLISH_DOCUMENT, DELETE_DOCUMENT],
         client_tool_timeout=client_tool_timeout,
         # The reviewer's reply starts an editor turn, so it shows in the chat.
         companions=[as_companion(reviewer_agent(llm=llm), wake_parent=True)],

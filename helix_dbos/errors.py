@@ -8,6 +8,7 @@ The hierarchy::
     ├── RequestValidationError      validation_error      400  a submit/resume body is not valid
     ├── InvalidResultError          INVALID_RESULT        400  a result failed the tool's output schema
     ├── ApprovalMismatchError       approval_mismatch     400  an approval for another call or other arguments
+    ├── ApprovalForbiddenError      approval_self_decision / _not_eligible / _decider_unknown 403
     ├── PayloadTooLargeError        validation_payload_too_large 413
     ├── SessionNotFoundError        state_not_found       404
     ├── AgentNotFoundError          framework_agent_not_found 404
@@ -39,6 +40,7 @@ __all__ = [
     "AgentAlreadyRunningError",
     "AgentNotFoundError",
     "AgentNotResumableError",
+    "ApprovalForbiddenError",
     "ApprovalMismatchError",
     "AuthError",
     "ConfigError",
@@ -94,6 +96,9 @@ class ErrorCode(StrEnum):
     VALIDATION_ERROR = "validation_error"
     INVALID_RESULT = "INVALID_RESULT"
     APPROVAL_MISMATCH = "approval_mismatch"
+    APPROVAL_SELF_DECISION = "approval_self_decision"
+    APPROVAL_NOT_ELIGIBLE = "approval_not_eligible"
+    APPROVAL_DECIDER_UNKNOWN = "approval_decider_unknown"
     VALIDATION_PAYLOAD_TOO_LARGE = "validation_payload_too_large"
     STATE_NOT_FOUND = "state_not_found"
     STATE_RUN_SUPERSEDED = "state_run_superseded"
@@ -277,6 +282,22 @@ class ApprovalMismatchError(HelixError):
 
     code = ErrorCode.APPROVAL_MISMATCH
     http_status = 400
+
+
+class ApprovalForbiddenError(HelixError):
+    """The approval's policy does not let this decider answer it (four eyes, roles, an
+    anonymous decider where one must be told apart). Nothing was stored."""
+
+    code: str = ErrorCode.APPROVAL_SELF_DECISION
+    http_status = 403
+
+    def __init__(self, message: str, code: str | None = None, **details: Any) -> None:
+        super().__init__(message, **details)
+        if code is not None:
+            self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.code), {"details": self.details})
 
 
 class PayloadTooLargeError(HelixError):

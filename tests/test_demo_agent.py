@@ -146,3 +146,53 @@ async def test_review_asks_the_reviewer_companion_whose_reply_starts_an_editor_t
         assert "review <anything>" in UNDERSTOOD
     finally:
         await runtime.shutdown()
+
+
+def test_delete_calls_the_tool_that_needs_two_approvers() -> None:
+    """`delete [document <id>]` calls deleteDocument; its result is said in words."""
+    (call,) = editor_script(request(user("delete document doc-7"))).tool_calls
+    assert (call.name, call.input) == ("deleteDocument", {"documentId": "doc-7"})
+    done = editor_script(
+        request(
+            user("delete document doc-7"),
+            called("deleteDocument"),
+            result("deleteDocument", value={"deleted": True, "documentId": "doc-7"}),
+        )
+    )
+    assert (done.text, done.tool_calls) == ("Deleted document doc-7.", [])
+
+
+async def test_the_demo_delete_needs_two_approvers_other_than_the_asker(
+    served_demo: AgentRuntime,
+) -> None:
+    """The demo's deleteDocument: the asker may not approve, one approver is not enough, two
+    distinct approvers delete it, and the record names both."""
+    from helix_dbos.core import Decider
+    from helix_dbos.errors import ApprovalForbiddenError
+    from helix_dbos.store.decisions import DecisionQuery, list_decisions
+
+    handle = await served_demo.start("editor", "delete document doc-7", principal="ada")
+    (waiting,) = await served_demo.wait_for_pending(handle.session_id)
+    assert waiting["toolName"] == "deleteDocument"
+
+    async def approve(who: str) -> Any:
+        return await served_demo.submit_tool_result(
+            handle.session_id,
+            waiting["toolCallId"],
+            kind="approval-response",
+            approval_id=waiting["approvalId"],
+            approved=True,
+            decider=Decider(principal=who, credential="hook"),
+        )
+
+    try:
+        await approve("ada")
+    except ApprovalForbiddenError as refused:
+        assert refused.code == "approval_self_decision"
+    else:
+        raise AssertionError("the asker approved its own deletion")
+    assert (await approve("ann")).continuation.kind == "awaiting_quorum"
+    assert (await approve("bo")).status == "accepted"
+    assert (await handle.result())["text"] == "Deleted document doc-7."
+    page = await list_decisions(served_demo.store, DecisionQuery(approval_id=waiting["approvalId"]))
+    assert [d.principal for d in reversed(page.decisions)] == ["ann", "bo"]

@@ -20,6 +20,7 @@ from helix_dbos.errors import (
     KNOWN_ERROR_CODES,
     STORE_UNAVAILABLE_MESSAGE,
     AgentNotResumableError,
+    ApprovalForbiddenError,
     AuthError,
     ConfigError,
     ErrorCode,
@@ -52,6 +53,9 @@ FACTORIES: dict[type[HelixError], Callable[[], HelixError]] = {
     InvalidResultError: lambda: InvalidResultError("lookup", "call_1", [{"loc": ["x"]}]),
     PayloadTooLargeError: lambda: PayloadTooLargeError("tool_result", 1000, 2048),
     AuthError: lambda: AuthError("no access to this session", status=403),
+    ApprovalForbiddenError: lambda: ApprovalForbiddenError(
+        "not this decider", ErrorCode.APPROVAL_NOT_ELIGIBLE, toolCallId="call_1", roles=["cfo"]
+    ),
     ProviderError: lambda: ProviderError(
         "upstream overloaded", code="provider_overloaded", retryable=True, status=529
     ),

@@ -3,7 +3,9 @@
 It lists what ``GET /approvals`` and ``AgentRuntime.approvals`` list (the pending approvals
 across sessions, oldest first, a page at a time) from the database directly, through an
 ``Operator``: no server, no authenticate hook, so it sees every tenant's approvals. Answer one
-with ``POST /submit-tool-result`` on its root session (or ``runtime.submit_tool_result``).
+with ``POST /submit-tool-result`` on its root session (or ``runtime.submit_tool_result``), or
+here: ``helix-dbos approvals approve|deny ID`` (``decisions.py``, with ``--decided``, the
+decision record).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..inspect.times import span
 from .command import EXIT_OK, Command, CommandError
+from .decisions import add_decision_options, run_answer, run_decided
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
@@ -83,6 +86,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=50, metavar="N", help="at most N (default: 50, max 500)"
     )
     parser.add_argument("--cursor", help="the next page (printed under a full page)")
+    add_decision_options(parser)
     add_database_options(parser)
 
 
@@ -90,6 +94,12 @@ def _run(args: argparse.Namespace) -> int:
     from ..core.clock import now_ms
     from ..store.approvals import ApprovalQuery, list_approvals
 
+    if args.action is not None:
+        return run_answer(args)
+    if args.decided or args.purge_decided:
+        since = parse_instant(args.since) if args.since else None
+        older = parse_duration(args.older_than) if args.older_than is not None else None
+        return run_decided(args, since, older)
     if args.deadline_before is not None and args.deadline_within is not None:
         raise CommandError("give --deadline-before or --deadline-within, not both")
     older = parse_duration(args.older_than) if args.older_than is not None else None
@@ -122,7 +132,16 @@ def render_approvals(page: ApprovalPage) -> str:
     """The page as a table, oldest first, with how to get the next page."""
     if not page.approvals:
         return "no pending approvals"
-    header = ("APPROVAL", "TOOL", "SESSION", "PRINCIPAL", "TENANT", "WAITING", "EXPIRES IN")
+    header = (
+        "APPROVAL",
+        "TOOL",
+        "SESSION",
+        "PRINCIPAL",
+        "TENANT",
+        "WAITING",
+        "EXPIRES IN",
+        "QUORUM",
+    )
     rows: list[tuple[str, ...]] = [header]
     for a in page.approvals:
         rows.append(
@@ -134,6 +153,7 @@ def render_approvals(page: ApprovalPage) -> str:
                 a.tenant or "-",
                 span(a.age_ms / 1000),
                 span((a.deadline_at - a.created_at - a.age_ms) / 1000),
+                a.quorum["text"] if a.quorum and a.quorum["needed"] > 1 else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -145,7 +165,8 @@ def render_approvals(page: ApprovalPage) -> str:
 
 APPROVALS = Command(
     name="approvals",
-    help="list the approvals waiting for a human across sessions, oldest first",
+    help="list the approvals waiting for a human (or --decided, the decision record); "
+    "approve or deny one",
     configure=_configure,
     run=_run,
 )

@@ -8,6 +8,7 @@ from .agents import (
     define_agent,
     subagent_tool,
 )
+from .approval_policy import ApprovalPolicy, Decider
 from .companions import (
     COMPANION_NOT_DELIVERED_REASONS,
     Companion,
@@ -37,9 +38,11 @@ __all__ = [
     "RESERVED_TOOL_NAME_PREFIXES",
     "Agent",
     "AgentRegistry",
+    "ApprovalPolicy",
     "Companion",
     "CompanionDeliveryOutcome",
     "Continuation",
+    "Decider",
     "DefaultResult",
     "LLMRequest",
     "LLMResponse",

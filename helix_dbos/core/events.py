@@ -15,6 +15,7 @@ EventType = Literal[
     "tool_start",
     "tool_end",
     "tool_approval_request",
+    "tool_approval_counted",
     "tool_deadline_near",
     "suspended",
     "turn_end",

@@ -68,6 +68,9 @@ class PendingCall(_Camel):
     on_timeout: dict[str, Any] | None = None
     """What a lapse means, as the tool said when the call parked (``core/expiry.py``);
     ``None``: ``client_tool_timeout``."""
+    policy: dict[str, Any] | None = None
+    """For approvals: the tool's approval policy when the call parked, and the quorum's state
+    as answers arrive (``core/approval_policy.py``); ``None``: one approver, anyone."""
 
     def lapsed_by(self, at_ms: int) -> bool:
         """Whether the deadline had passed at ``at_ms``."""
@@ -115,7 +118,10 @@ class SessionState(BaseModel):
 class Continuation(BaseModel):
     """What a stored submit caused (the seed's ``SubmitContinuation``)."""
 
-    kind: Literal["awaiting_batch", "new_run", "consumed", "caller_resumes", "deferred"]
+    kind: Literal[
+        "awaiting_batch", "awaiting_quorum", "new_run", "consumed", "caller_resumes", "deferred"
+    ]
+    """``awaiting_quorum``: an approval was counted; more approvers must approve."""
     run_id: str | None = Field(default=None, serialization_alias="runId")
 
     def dump(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from ..errors import ToolDefinitionError
+from .approval_policy import ApprovalPolicy, check_policy
 from .expiry import OnTimeout, check_on_timeout, check_remind
 from .llm import ToolSchema
 
@@ -117,6 +118,9 @@ class Tool:
     is the default, ``client_tool_timeout``."""
     remind_before: float | None = None
     """Seconds before the deadline at which ``client_tool.deadline_near`` is emitted."""
+    approval_policy: dict[str, Any] | None = field(default=None, compare=False)
+    """Who may decide, and how many must (``core/approval_policy.py``), as recorded on the
+    pending entry; ``None``: one approver, anyone."""
 
     @property
     def suspends(self) -> bool:
@@ -174,6 +178,7 @@ def define_tool(
     require_approval: bool = False,
     on_timeout: OnTimeout | None = None,
     remind_before: float | None = None,
+    approval_policy: ApprovalPolicy | None = None,
 ) -> Tool:
     """Declare a tool.
 
@@ -195,10 +200,13 @@ def define_tool(
             ``DefaultResult(value)``, validated against ``output_model`` here.
         remind_before: seconds before the deadline at which one ``client_tool.deadline_near``
             event is emitted (log, stream and the ``on_deadline_near`` hooks).
+        approval_policy: for an approval gate, who may decide and how many must
+            (``ApprovalPolicy``: four eyes, a quorum, roles, an escalation; docs/approvals.md).
 
     Raises:
         ToolDefinitionError: reserved name, client + finish_with, client + approval, a bad
-            timeout, an ``on_timeout`` the tool cannot have, or a bad ``remind_before``.
+            timeout, an ``on_timeout`` the tool cannot have, a bad ``remind_before`` or
+            ``approval_policy``.
     """
     _check_name(name)
     is_client = _check_execution(
@@ -228,6 +236,9 @@ def define_tool(
         require_approval=require_approval,
         on_timeout=policy,
         remind_before=remind,
+        approval_policy=check_policy(
+            name, approval_policy, require_approval=require_approval, timeout=client_tool_timeout
+        ),
     )
 
 

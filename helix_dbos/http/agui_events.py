@@ -14,6 +14,7 @@ messages the same way; this module renames its parts into AG-UI's events:
   (``client``, ``server``, ``subagent``, ``approval``);
 * ``tool_end`` is ``TOOL_CALL_RESULT`` (``messageId`` ``result_<toolCallId>``): the output as
   JSON text, or the error text with ``metadata.errorCode``;
+* ``tool_approval_counted`` (a quorum's progress) is ``CUSTOM`` ``helix.approval_quorum``;
 * the run ends with ``STATE_SNAPSHOT`` (the session's status under ``helix``) and one terminal
   event read from the session's status: ``RUN_FINISHED`` with the outcome ``success`` (with
   ``pendingToolCallIds`` when the turn waits on client calls), ``interrupt`` (the approvals it
@@ -34,6 +35,7 @@ from typing import Any
 from ag_ui.core import (
     PROTOCOL_VERSION,
     BaseEvent,
+    CustomEvent,
     Interrupt,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -287,6 +289,9 @@ class AguiRun:
             return self._call(chunk)
         if kind in ("tool-output-available", "tool-output-denied", "tool-output-error"):
             return self._result(str(chunk["toolCallId"]))
+        if kind == "data-approval-quorum":
+            # A quorum's progress: AG-UI's CUSTOM event ``helix.approval_quorum``.
+            return [CustomEvent(name="helix.approval_quorum", value=chunk["data"])]
         # start/finish of steps and messages, approvals (interrupts come from the status),
         # error and abort (the terminal event comes from the status): nothing of their own.
         return []

@@ -25,13 +25,26 @@ from ..store.approvals import (
     CURSOR_PATTERN,
     PendingApproval,
 )
+from ..store.decisions import (
+    DECISION_CURSOR_PATTERN,
+    DECISIONS_PAGE_DEFAULT,
+    DECISIONS_PAGE_MAX,
+    DecisionQuery,
+    list_decisions,
+)
 from .errors import HelixRoute
 from .openapi import AUTH_RESPONSES, error_response_doc
 from .pipeline import RouteContext
 from .schemas import IDENTIFIER_MAX_LENGTH, IDENTIFIER_PATTERN
-from .scope import inbox_scope
+from .scope import inbox_scope, request_scope
 
-__all__ = ["ApprovalsResponse", "PendingApprovalView", "create_approvals_router"]
+__all__ = [
+    "ApprovalsResponse",
+    "DecisionView",
+    "DecisionsResponse",
+    "PendingApprovalView",
+    "create_approvals_router",
+]
 
 #: The largest time a query may name (beyond it a number is not exact in JavaScript).
 _MAX_MS = 2**53
@@ -45,6 +58,49 @@ class PendingApprovalView(PendingApproval):
     """One approval waiting for a human."""
 
     # The store's ``PendingApproval`` (declared there once), named for the OpenAPI document.
+
+
+class DecisionView(_View):
+    """One decision on record: an answer to an approval, or an expiry's outcome."""
+
+    id: int
+    approval_id: str
+    session_id: str
+    root_session_id: str
+    run_id: str
+    tool_call_id: str
+    tool_name: str
+    args_digest: str | None
+    """The digest of the call's arguments."""
+    edited_digest: str | None
+    """The digest of the arguments it was given for, when an edit changed them."""
+    outcome: str
+    """``approved``, ``edited``, ``denied`` or ``expired``."""
+    final: bool
+    """Whether it decided the call (a quorum's partial approval did not)."""
+    votes: int | None
+    quorum: int | None
+    reason: str | None
+    on_timeout: str | None
+    principal: str | None
+    """Who decided, as the authenticate hook or the token established it."""
+    tenant: str | None
+    credential: str
+    """``hook``, ``session_token``, ``approver_token``, ``operator_cli``, ``in_process``,
+    ``deadline`` (an expiry) or ``unauthenticated``."""
+    roles: list[str] | None
+    owner_principal: str | None
+    """Who started the session."""
+    owner_tenant: str | None
+    decided_at: int
+    """Epoch ms."""
+
+
+class DecisionsResponse(_View):
+    """``GET /approvals/decisions``: a page of the decision record, newest first."""
+
+    decisions: list[DecisionView]
+    next_cursor: str | None
 
 
 class ApprovalsResponse(_View):
@@ -62,6 +118,13 @@ _Name = Annotated[
 _Owner = Annotated[
     str | None, Query(min_length=1, max_length=OWNER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN)
 ]
+
+_ID: dict[str, Any] = {
+    "min_length": 1,
+    "max_length": IDENTIFIER_MAX_LENGTH,
+    "pattern": IDENTIFIER_PATTERN,
+    "description": "The root session.",
+}
 
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     **AUTH_RESPONSES,
@@ -124,6 +187,7 @@ def create_approvals_router(api: RouteContext) -> APIRouter:
         if scope.empty:
             return JSONResponse({"approvals": [], "nextCursor": None})
         page = await runtime.approvals(
+            viewer=request_scope(request).principal,  # four eyes: not offered to the owner
             tool=tool,
             session_id=session_id,
             principal=scope.principal,
@@ -135,4 +199,57 @@ def create_approvals_router(api: RouteContext) -> APIRouter:
         )
         return JSONResponse(page.dump())
 
+    _decisions_route(router, api)
     return router
+
+
+def _decisions_route(router: APIRouter, api: RouteContext) -> None:
+    """``GET /approvals/decisions``: the decision record over HTTP, scoped like the inbox."""
+    runtime = api.runtime
+
+    @router.get(
+        "/approvals/decisions",
+        summary="List the decision record: who answered which approval, newest first",
+        description="Scoped like the inbox (operation `approvals`): by default a principal "
+        "sees the decisions on its own sessions, an approver of a tenant that tenant's. "
+        "`principal` and `tenant` filter the session's owner, `decidedBy` the decider.",
+        response_model=DecisionsResponse,
+        responses=_RESPONSES,
+    )
+    async def list_decided(
+        request: Request,
+        tool: _Name = None,
+        session_id: Annotated[str | None, Query(alias="sessionId", **_ID)] = None,
+        approval_id: Annotated[
+            str | None, Query(alias="approvalId", min_length=1, max_length=1024)
+        ] = None,
+        principal: _Owner = None,
+        tenant: _Owner = None,
+        decided_by: Annotated[
+            str | None,
+            Query(alias="decidedBy", min_length=1, max_length=OWNER_MAX_LENGTH),
+        ] = None,
+        outcome: Annotated[str | None, Query(pattern="^(approved|edited|denied|expired)$")] = None,
+        since: Annotated[int | None, Query(ge=0, le=_MAX_MS)] = None,
+        until: Annotated[int | None, Query(ge=0, le=_MAX_MS)] = None,
+        limit: Annotated[int, Query(ge=1, le=DECISIONS_PAGE_MAX)] = DECISIONS_PAGE_DEFAULT,
+        cursor: Annotated[str | None, Query(pattern=DECISION_CURSOR_PATTERN)] = None,
+    ) -> Response:
+        await api.query(request, "approvals", session_id)
+        scope = inbox_scope(request, principal, tenant)
+        if scope.empty:
+            return JSONResponse({"decisions": [], "nextCursor": None})
+        query = DecisionQuery(
+            tool=tool,
+            session_id=session_id,
+            approval_id=approval_id,
+            principal=decided_by,
+            owner_principal=scope.principal,
+            owner_tenant=scope.tenant,
+            outcome=outcome,
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=cursor,
+        )
+        return JSONResponse((await list_decisions(runtime.store, query)).dump())

@@ -27,10 +27,13 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.requests import Request
 
+from ..core.approval_policy import Decider
+from ..core.owner import owner_text
 from ..errors import AuthError, ConfigError
 from ..observability.log import log_event
 
@@ -42,6 +45,7 @@ __all__ = [
     "SessionTokens",
     "TokenIssuer",
     "request_body",
+    "request_decider",
     "request_is_approver",
     "request_principal",
     "request_session_id",
@@ -89,6 +93,12 @@ _BODY_KEY = "helix_body"
 _PRINCIPAL_KEY = "helix_principal"
 _TENANT_KEY = "helix_tenant"
 _APPROVER_KEY = "helix_approver"
+_DECIDER_KEY = "helix_decider"
+#: The decider of the request this task serves (the hook's answer), for the submit it makes.
+_decider: ContextVar[Decider | None] = ContextVar("helix_request_decider", default=None)
+#: A token's answers name their credential; any other accepting answer is the app's hook's.
+_CREDENTIAL = "credential"
+_TOKEN_CREDENTIALS = frozenset({"session_token", "approver_token"})
 
 
 def request_session_id(request: Request) -> str | None:
@@ -118,10 +128,37 @@ def request_is_approver(request: Request) -> bool:
     return getattr(request.state, _APPROVER_KEY, False) is True
 
 
+def request_decider(request: Request | None = None) -> Decider:
+    """Who decides an approval this request answers, as the hook (or token) accepted it:
+    principal and tenant as text, the credential's kind, the hook's ``roles``; never what
+    the body says. Without ``request``: the request the running task serves."""
+    found = getattr(request.state, _DECIDER_KEY, None) if request is not None else _decider.get()
+    return found if isinstance(found, Decider) else Decider(credential="unauthenticated")
+
+
+def _accepted_by(outcome: Mapping[str, Any] | None) -> Decider:
+    if outcome is None:
+        return Decider(credential="hook")
+    credential = outcome.get(_CREDENTIAL)
+    roles = outcome.get("roles")
+    return Decider(
+        principal=owner_text(outcome.get("principal")),
+        tenant=owner_text(outcome.get("tenant")),
+        credential=credential if credential in _TOKEN_CREDENTIALS else "hook",
+        roles=tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else (),
+    )
+
+
+def _record_decider(request: Request, decider: Decider) -> None:
+    setattr(request.state, _DECIDER_KEY, decider)
+    _decider.set(decider)
+
+
 def set_request_context(request: Request, session_id: str | None, body: Any) -> None:
     """Record what the hook may read (the router calls this before ``run_authenticate``)."""
     setattr(request.state, _SESSION_KEY, session_id)
     setattr(request.state, _BODY_KEY, body)
+    _record_decider(request, Decider(credential="unauthenticated"))
 
 
 async def run_authenticate(hook: AuthHook | None, request: Request, operation: str) -> None:
@@ -138,11 +175,13 @@ async def run_authenticate(hook: AuthHook | None, request: Request, operation: s
     if inspect.isawaitable(outcome):
         outcome = await outcome
     if outcome is True:
+        _record_decider(request, _accepted_by(None))
         return
     if isinstance(outcome, Mapping) and outcome.get("ok") is True:
         setattr(request.state, _PRINCIPAL_KEY, outcome.get("principal"))
         setattr(request.state, _TENANT_KEY, outcome.get("tenant"))
         setattr(request.state, _APPROVER_KEY, outcome.get("approver") is True)
+        _record_decider(request, _accepted_by(outcome))
         return
     if isinstance(outcome, Mapping):
         status = outcome.get("status", 401)
@@ -323,7 +362,7 @@ def _bound_answer(operation: str, session_id: str | None, bound: str) -> AuthRes
         return {"error": "The session token is for another session", "status": 403}
     # session_id None: the request acts on no session (a route that names none), or its body
     # is invalid and validation refuses it next; a valid body always names its session.
-    return True
+    return {"ok": True, _CREDENTIAL: "session_token"}
 
 
 def _approver_answer(operation: str, tenant: str, principal: str | None) -> AuthResult:
@@ -331,7 +370,13 @@ def _approver_answer(operation: str, tenant: str, principal: str | None) -> Auth
     refuses the sessions of other tenants), for the operations an approver may do."""
     if operation not in APPROVER_OPERATIONS:
         return {"error": "An approver token only lists, reads and answers approvals", "status": 403}
-    return {"ok": True, "principal": principal, "tenant": tenant, "approver": True}
+    return {
+        "ok": True,
+        "principal": principal,
+        "tenant": tenant,
+        "approver": True,
+        _CREDENTIAL: "approver_token",
+    }
 
 
 def session_token_auth(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastapi import Path, Query
@@ -36,7 +36,13 @@ from ..core.session import SubmitAnswer
 from ..errors import InvalidResultError, RequestValidationError
 from ..observability.log import set_service_name
 from ..runtime import AgentRuntime, Submission, TurnHandle
-from .auth import AuthHook, refuse_unless_authenticated, run_authenticate, set_request_context
+from .auth import (
+    AuthHook,
+    refuse_unless_authenticated,
+    request_decider,
+    run_authenticate,
+    set_request_context,
+)
 from .body import REQUEST_BODY_CAP_FACTOR, REQUEST_INVALID_MESSAGE, parse_json, read_body
 from .body import validate_body as _validate
 from .limits import SlidingWindowLimiter
@@ -287,6 +293,9 @@ class RouteContext:
             # budget of someone else's session.
             self.limiter.hit(answers[0].session_id, len(answers))
         out: list[SubmitAnswer] = []
+        # The decider is the credential's, never the body's (``auth.request_decider``).
+        decider = request_decider()
+        answers = [replace(sub, decider=decider) for sub in answers]
         with self._submit_errors(message):
             if len(answers) > 1:
                 for sub in answers:

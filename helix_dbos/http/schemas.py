@@ -363,7 +363,9 @@ class ControlResponse(_Response):
 class SubmitContinuationBody(_Response):
     """What a stored answer caused (``new_run`` carries the continuing run)."""
 
-    kind: Literal["awaiting_batch", "new_run", "consumed", "caller_resumes", "deferred"]
+    kind: Literal[
+        "awaiting_batch", "awaiting_quorum", "new_run", "consumed", "caller_resumes", "deferred"
+    ]
     run_id: str | None = None
 
 

@@ -94,6 +94,13 @@ def tool_error_text(data: Mapping[str, Any]) -> str:
     return str(data.get("errorCode") or data.get("error") or "tool_error")
 
 
+#: Session events sent as data parts: a companion's reply, a quorum's progress ("1 of 2").
+_DATA_PARTS = {
+    "companion_message": "data-companion-message",
+    "tool_approval_counted": "data-approval-quorum",
+}
+
+
 class UIMessageStream:
     """The chunks of one response stream, from the session events it is fed in order.
 
@@ -224,8 +231,8 @@ class UIMessageStream:
             # The client has its own message; one delivered over pending calls follows their
             # results, so the model's next output is already a new step.
             return self.start()
-        if kind == "companion_message":
-            return [*self.start(), {"type": "data-companion-message", "data": dict(data)}]
+        if kind in _DATA_PARTS:
+            return [*self.start(), {"type": _DATA_PARTS[kind], "data": dict(data)}]
         if kind == "suspended":
             return self._finish("tool-calls")
         if kind == "turn_end":

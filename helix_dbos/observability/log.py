@@ -91,6 +91,7 @@ def logging_configured() -> bool:
 EVENT_LEVELS: dict[str, int] = {
     "client_tool.suspended": logging.DEBUG,
     "client_tool.submitted": logging.DEBUG,
+    "approval.decided": logging.INFO,
     "client_tool.timeout": logging.WARNING,
     "client_tool.aborted": logging.WARNING,
     "client_tool.validation_failed": logging.WARNING,

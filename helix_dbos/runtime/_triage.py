@@ -66,4 +66,6 @@ def _waits(item: PlanItem, agent: Agent, tool: Tool) -> PlanItem:
         item["onTimeout"] = tool.on_timeout
     if tool.remind_before is not None:
         item["remindBefore"] = tool.remind_before
+    if tool.approval_policy is not None:
+        item["approvalPolicy"] = tool.approval_policy
     return item

@@ -178,6 +178,8 @@ class PlanItem(TypedDict):
     (``core/expiry.py``)."""
     remindBefore: NotRequired[float]
     """``client`` and ``approval`` only: seconds before the deadline of its reminder."""
+    approvalPolicy: NotRequired[dict[str, Any]]
+    """``approval`` only: the tool's approval policy (``core/approval_policy.py``)."""
 
 
 class ModelStepResult(TypedDict):
@@ -228,6 +230,8 @@ class ToolResult(TypedDict):
     onTimeout: NotRequired[str]
     """An expired call (``outcome: "timeout"``): the policy applied, ``error``, ``deny``,
     ``approve`` or ``result`` (``core/expiry.py``)."""
+    decidedBy: NotRequired[dict[str, Any]]
+    """An answered approval's decider (``Decider.dump``; a quorum's ``approvers``)."""
 
 
 WokenAnswers = dict[str, int]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 from pydantic.alias_generators import to_camel
 
 from ..core.owner import SessionOwner
@@ -33,6 +33,7 @@ __all__ = [
     "SessionOwner",
     "decode_cursor",
     "encode_cursor",
+    "find_approval",
     "inbox_statement",
     "list_approvals",
     "session_owner",
@@ -80,6 +81,39 @@ class PendingApproval(BaseModel):
     """When it expires, epoch milliseconds."""
     age_ms: int
     """How long it has waited, at the time of the listing."""
+    policy: dict[str, Any] | None = Field(default=None, exclude=True)
+    """The call's approval policy and its quorum's state (``core/approval_policy.py``);
+    ``None``: one approver, anyone. Not on the wire: ``quorum`` says what a client needs."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def quorum(self) -> dict[str, Any] | None:
+        """Under an approval policy, its progress: ``{approvals, needed, approvers, text ("1 of
+        2"), fourEyes, edited?, roles?, escalateAt?, escalateTo?, escalated?}`` (as of the
+        listing); ``null`` for one approver, anyone."""
+        if self.policy is None:
+            return None
+        votes = self.policy.get("votes") or []
+        needed = int(self.policy.get("quorum", 1))
+        out: dict[str, Any] = {
+            "approvals": len(votes),
+            "needed": needed,
+            "approvers": [v.get("principal") for v in votes],
+            "text": f"{len(votes)} of {needed}",
+            "fourEyes": bool(self.policy.get("fourEyes")),
+        }
+        if "editedInput" in self.policy:
+            out["edited"] = True  # ``input`` and ``argsDigest`` are the edit's
+        if self.policy.get("roles"):
+            out["roles"] = self.policy["roles"]
+        escalate_at = self.policy.get("escalateAt")
+        if escalate_at is not None:
+            out.update(
+                escalateAt=escalate_at,
+                escalateTo=self.policy.get("escalateTo"),
+                escalated=self.created_at + self.age_ms >= escalate_at,
+            )
+        return out
 
     def dump(self) -> dict[str, Any]:
         """The wire form (camelCase)."""
@@ -114,6 +148,9 @@ class ApprovalQuery:
     deadline_before: int | None = None
     limit: int = APPROVALS_PAGE_DEFAULT
     cursor: str | None = None
+    viewer: str | None = None
+    """The principal who asks: an approval four eyes bar it from deciding (its own session's)
+    is not offered to it."""
 
 
 def encode_cursor(key: tuple[int, str, str]) -> str:
@@ -161,6 +198,9 @@ def inbox_statement(query: ApprovalQuery, now: int) -> sa.Select[Any]:
         select = select.where(c.registered_at <= now - query.older_than_ms)
     if query.deadline_before is not None:
         select = select.where(c.deadline_at < query.deadline_before)
+    if query.viewer is not None:
+        barred = c.barred_principal
+        select = select.where(sa.or_(barred.is_(None), barred != query.viewer))
     if query.cursor is not None:
         select = select.where(sa.tuple_(*_ORDER) > sa.tuple_(*decode_cursor(query.cursor)))
     return select.order_by(*_ORDER)
@@ -168,13 +208,16 @@ def inbox_statement(query: ApprovalQuery, now: int) -> sa.Select[Any]:
 
 def _approval(row: Any, now: int) -> PendingApproval:
     m = row._mapping
-    value = m["input"]
+    value, policy = m["input"], m["policy"]
+    policy = json.loads(policy) if isinstance(policy, str) else policy
+    edited = policy is not None and "editedInput" in policy
     return PendingApproval(
         approval_id=m["approval_id"],
         tool_call_id=m["tool_call_id"],
         tool_name=m["tool_name"],
-        input=json.loads(value) if isinstance(value, str) else value,
-        args_digest=m["args_digest"],
+        # Under a quorum an edit rebinds the approval: what is approved now is the edit.
+        input=policy["editedInput"] if edited else _json(value),
+        args_digest=policy["digest"] if edited else m["args_digest"],
         session_id=m["session_id"],
         root_session_id=m["root_session_id"],
         run_id=m["run_id"],
@@ -184,7 +227,12 @@ def _approval(row: Any, now: int) -> PendingApproval:
         created_at=int(m["registered_at"]),
         deadline_at=int(m["deadline_at"]),
         age_ms=max(0, now - int(m["registered_at"])),
+        policy=policy,
     )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _check(query: ApprovalQuery) -> None:
@@ -214,6 +262,15 @@ async def list_approvals(store: SessionStore, query: ApprovalQuery, now: int) ->
     last = page[-1] if page and more else None
     cursor = encode_cursor((last.created_at, last.session_id, last.tool_call_id)) if last else None
     return ApprovalPage(page, cursor)
+
+
+async def find_approval(store: SessionStore, approval_id: str, now: int) -> PendingApproval | None:
+    """The pending approval ``approval_id`` names, if it is in the inbox now (``None``: no
+    such approval waits: answered, lapsed, stopped, or never)."""
+    select = sa.select(approvals).where(approvals.c.approval_id == approval_id)
+    async with store.transaction() as conn:
+        row = (await conn.execute(select)).first()
+    return None if row is None else _approval(row, now)
 
 
 async def session_owner(store: SessionStore, session_id: str) -> SessionOwner | None:

@@ -4,7 +4,7 @@ Inside a transaction bound by ``SessionStore.transact``, the writes whose caller
 back from the database are queued here instead of being sent one by one: new session rows,
 compare-and-swaps of session rows, messages, usage rows, events, checkpoints, the
 messages to DBOS workflows that must commit with them (``notify``), and the rows of the
-notification outbox (``outbox``). ``flush``
+notification outbox and the decision record (``append``, ``appended.py``). ``flush``
 sends them all as one data-modifying statement (``WITH ... INSERT ... UPDATE ...``, every
 table's rows as one ``jsonb_to_recordset`` parameter), and ``transact`` flushes before COMMIT.
 
@@ -47,11 +47,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import StaleStateError
 from . import dbos_messages
 from . import row as session_row
+from .appended import APPENDED, DECISIONS, OUTBOX
 from .pg import fetch, fetch_last
 
 __all__ = [
     "ALL",
     "CHECKPOINTS",
+    "DECISIONS",
     "EVENTS",
     "MESSAGES",
     "NOTIFICATIONS",
@@ -72,9 +74,8 @@ USAGE = "usage"
 EVENTS = "events"
 CHECKPOINTS = "checkpoints"
 NOTIFICATIONS = "notifications"
-OUTBOX = "outbox"
 ALL: frozenset[str] = frozenset(
-    {STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS, OUTBOX}
+    {STATES, MESSAGES, USAGE, EVENTS, CHECKPOINTS, NOTIFICATIONS, OUTBOX, DECISIONS}
 )
 
 
@@ -178,21 +179,7 @@ _PARTS: dict[str, str] = {
     )""",
     # A message to a DBOS workflow, in DBOS's row format (``dbos_messages``).
     "notifications": dbos_messages.INSERT_CTE,
-    # The events of parked calls an app's hooks are told (``store/outbox.py``); a second row
-    # with the same key (a replayed commit) is dropped.
-    "outbox": """
-    new_outbox AS (
-        INSERT INTO __agents_notifications (event_key, kind, session_id, root_session_id,
-            run_id, tool_call_id, tool_name, payload, created_at, due_at, attempts, state)
-        SELECT r.event_key, r.kind, r.session_id, r.root_session_id, r.run_id, r.tool_call_id,
-            r.tool_name, r.payload, r.created_at, r.due_at, 0, 'queued'
-        FROM jsonb_to_recordset(%(outbox)s::jsonb) AS r(i integer, event_key text, kind text,
-            session_id text, root_session_id text, run_id text, tool_call_id text,
-            tool_name text, payload jsonb, created_at bigint, due_at bigint)
-        WHERE TRUE /*guard*/
-        ORDER BY r.i
-        ON CONFLICT (event_key) DO NOTHING
-    )""",
+    **APPENDED,
 }
 _EVENTS_SWAPPED = """
     new_events AS (
@@ -272,7 +259,7 @@ class WriteBatch:
         "_events",
         "_messages",
         "_notifications",
-        "_outbox",
+        "_appended",
         "_queued_messages",
         "_rows",
         "_seq",
@@ -289,7 +276,7 @@ class WriteBatch:
         self._events: list[dict[str, Any]] = []
         self._checkpoints: list[dict[str, Any]] = []
         self._notifications: list[dict[str, Any]] = []
-        self._outbox: list[dict[str, Any]] = []
+        self._appended: dict[str, list[dict[str, Any]]] = {}
         self._queued_messages: dict[str, int] = {}
         self._seq: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -395,11 +382,12 @@ class WriteBatch:
         )
         self._dirty.add(NOTIFICATIONS)
 
-    def outbox(self, rows: list[dict[str, Any]]) -> None:
-        """Queue notification rows (``store/outbox.py``), in order."""
+    def append(self, part: str, rows: list[dict[str, Any]]) -> None:
+        """Queue rows of an insert-only ``part`` (``appended.py``), in order."""
+        queued = self._appended.setdefault(part, [])
         for row in rows:
-            self._outbox.append({**row, "i": len(self._outbox)})
-        self._dirty.add(OUTBOX)
+            queued.append({**row, "i": len(queued)})
+        self._dirty.add(part)
 
     async def checkpoint(self, values: dict[str, Any], *, pointed: bool) -> None:
         """Queue a checkpoint row; unless ``pointed``, also its session's pointer (forward
@@ -445,7 +433,7 @@ class WriteBatch:
             ("events", self._events),
             ("checkpoints", self._checkpoints),
             ("notifications", self._notifications),
-            ("outbox", self._outbox),
+            *((part, self._appended.get(part)) for part in APPENDED),
         ):
             if rows:
                 params[name] = json.dumps(rows, separators=(",", ":"))
@@ -455,7 +443,7 @@ class WriteBatch:
             params["swaps"] = len(cas)
         self._rows, self._messages, self._usage, self._events = {}, [], [], []
         self._checkpoints, self._notifications, self._queued_messages = [], [], {}
-        self._outbox = []
+        self._appended = {}
         self._dirty = set()
         # Alone (no BEGIN), a swap that matched would land though another one lost (_GUARD).
         alone = last and len(cas) <= 1

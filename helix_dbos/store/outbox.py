@@ -96,7 +96,7 @@ async def queue(rows: Sequence[dict[str, Any]]) -> None:
     conn = joined()
     batch = current_batch(conn)
     if batch is not None:
-        batch.outbox([dict(r) for r in rows])
+        batch.append(OUTBOX, [dict(r) for r in rows])
         return
     dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
     insert = dialect.insert(_n).on_conflict_do_nothing(index_elements=["event_key"])

@@ -20,6 +20,7 @@ __all__ = [
     "TABLE_PREFIX",
     "VERSION_TABLE",
     "adoptions",
+    "approval_decisions",
     "approvals",
     "checkpoints",
     "events",
@@ -222,6 +223,8 @@ approvals = sa.Table(
     sa.Column("tenant", sa.Text, nullable=True),
     sa.Column("registered_at", sa.BigInteger, nullable=False),
     sa.Column("deadline_at", sa.BigInteger, nullable=False),
+    sa.Column("policy", Json, nullable=True),
+    sa.Column("barred_principal", sa.Text, nullable=True),
     sa.Index("ix___agents_approvals_oldest", *_OLDEST),
     sa.Index("ix___agents_approvals_tenant", "tenant", *_OLDEST),
     sa.Index("ix___agents_approvals_principal", "principal", *_OLDEST),
@@ -230,7 +233,9 @@ approvals = sa.Table(
     sa.Index("ix___agents_approvals_deadline", "deadline_at"),
 )
 """One row per approval a human can answer now, kept from the session rows' pending maps by
-the triggers of revision 0008 (never written by the runtime itself): the inbox's index."""
+the triggers of revision 0008 (never written by the runtime itself): the inbox's index.
+Revision 0012 adds the call's ``policy`` (with its quorum's state) and ``barred_principal``
+(the session's principal when four eyes bar it from deciding)."""
 
 # 0009: the notification outbox.
 notifications = sa.Table(
@@ -260,3 +265,44 @@ notifications = sa.Table(
 ``pending``, ``deadline_near``, ``expired``, ``resolved``), written with the commit it reports
 under its idempotency key ``event_key``; ``state`` ``queued`` until a dispatcher settles it
 (``delivered``, ``skipped``, ``gave_up``). See ``store/outbox.py``."""
+
+# 0012: the decision record.
+_NEWEST = ("decided_at", "id")
+approval_decisions = sa.Table(
+    "__agents_approval_decisions",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("decision_key", sa.Text, nullable=False),
+    sa.Column("approval_id", sa.Text, nullable=False),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("root_session_id", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
+    sa.Column("tool_call_id", sa.Text, nullable=False),
+    sa.Column("tool_name", sa.Text, nullable=False),
+    sa.Column("args_digest", sa.Text, nullable=True),
+    sa.Column("edited_digest", sa.Text, nullable=True),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("final", sa.Boolean, nullable=False),
+    sa.Column("votes", sa.Integer, nullable=True),
+    sa.Column("quorum", sa.Integer, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("on_timeout", sa.Text, nullable=True),
+    sa.Column("principal", sa.Text, nullable=True),
+    sa.Column("tenant", sa.Text, nullable=True),
+    sa.Column("credential", sa.Text, nullable=False),
+    sa.Column("roles", Json, nullable=True),
+    sa.Column("owner_principal", sa.Text, nullable=True),
+    sa.Column("owner_tenant", sa.Text, nullable=True),
+    sa.Column("decided_at", sa.BigInteger, nullable=False),
+    sa.Index("uq___agents_approval_decisions_decision_key", "decision_key", unique=True),
+    sa.Index("ix___agents_approval_decisions_newest", *_NEWEST),
+    sa.Index("ix___agents_approval_decisions_owner_tenant", "owner_tenant", *_NEWEST),
+    sa.Index("ix___agents_approval_decisions_owner_principal", "owner_principal", *_NEWEST),
+    sa.Index("ix___agents_approval_decisions_principal", "principal", *_NEWEST),
+    sa.Index("ix___agents_approval_decisions_approval_id", "approval_id"),
+    sa.Index("ix___agents_approval_decisions_root", "root_session_id"),
+)
+"""One row per answer to an approval (an approval counted or deciding, an edit, a denial) and
+per expiry's policy outcome, written in the same transaction as what it records and never
+updated: who decided (as the credential established it), with which credential, when, on which
+arguments. See ``store/decisions.py``."""

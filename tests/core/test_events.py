@@ -58,6 +58,7 @@ def test_event_types_are_pinned() -> None:
         "text",
         "text_delta",
         "tool_start",
+        "tool_approval_counted",
         "tool_end",
         "tool_approval_request",
         "tool_deadline_near",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -246,3 +247,49 @@ def test_the_inbox_is_documented(tenancy: str) -> None:
     }  # fmt: skip
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["$ref"].endswith("/ApprovalsResponse")
+
+
+def test_concurrent_approvals_of_a_quorum_over_http_count_once_each(
+    web: httpx.Client, tenancy: str
+) -> None:
+    """The demo's deleteDocument needs two approvers, neither the asker. Approvals sent at
+    once over the server's sockets, by three approvers and a repeat of one, are each counted
+    once: two decide it, the tool runs once, the record holds two rows with the principals
+    the hook named; the asker is refused 403 ``approval_self_decision``."""
+    tenant = f"acme-{uuid.uuid4().hex[:6]}"
+    asker = as_user("ada", tenant)
+    started = web.post(
+        "/users/start", json={"agentType": "editor", "message": "delete document doc-3"},
+        headers=asker,
+    )  # fmt: skip
+    assert started.status_code == 200, started.text
+    sid = started.json()["sessionId"]
+    wait_status(web, sid, "suspended_client_tool", prefix="/users", headers=asker)
+    (call,) = web.get(
+        "/users/approvals", params={"sessionId": sid}, headers=as_user("bob", tenant, approver=True)
+    ).json()["approvals"]
+    assert call["quorum"]["text"] == "0 of 2" and call["quorum"]["fourEyes"] is True
+    assert_typed(approve(web, "/users", asker, call), 403, "approval_self_decision")
+
+    def send(user: str) -> httpx.Response:
+        with httpx.Client(base_url=tenancy, timeout=30.0) as own:
+            return approve(own, "/users", as_user(user, tenant, approver=True), call)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(send, ["bob", "cy", "dee", "bob"]))
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    wait_status(web, sid, "completed", prefix="/users", headers=asker)
+    frames = read_sse(web, sid, prefix="/users", headers=asker)
+    ends = [f for f in frames if f.type == "tool_end"]
+    (end,) = [f.data["data"] for f in ends]
+    assert end["output"] == {"deleted": True, "documentId": "doc-3"}
+    decided = web.get(
+        "/users/approvals/decisions",
+        params={"approvalId": call["approvalId"]},
+        headers=as_user("eve", tenant, approver=True),
+    ).json()["decisions"]
+    assert sorted(d["votes"] for d in decided) == [1, 2]
+    assert [d["final"] for d in decided] == [True, False]  # newest first
+    assert {d["principal"] for d in decided} <= {"bob", "cy", "dee"} and len(decided) == 2
+    assert {d["credential"] for d in decided} == {"hook"}
+    assert end["decider"]["approvers"] == [d["principal"] for d in reversed(decided)]

@@ -67,13 +67,15 @@ def test_failures_are_reported_in_words() -> None:
 
 
 def test_demo_agents() -> None:
-    """demo_agents() is the editor with its client tool, its approval-gated server tool and
-    its companion, the reviewer (which wakes it with its replies)."""
+    """demo_agents() is the editor with its client tool, its approval-gated server tools (one
+    of them needs two approvers, neither the asker) and its companion, the reviewer (which
+    wakes it with its replies)."""
     (editor,) = demo_agents()
     assert editor.name == "editor"
-    edit, publish, *companion_tools = editor.tools
+    edit, publish, delete, *companion_tools = editor.tools
     assert edit.execution == "client" and edit.output_model is not None
     assert publish.execution == "server" and publish.require_approval
+    assert delete.require_approval and delete.approval_policy == {"fourEyes": True, "quorum": 2}
     assert [t.name for t in companion_tools] == [
         "companion__sendMessage",
         "companion__status",

@@ -116,6 +116,7 @@ SESSION_ROUTES: dict[tuple[str, str], SessionRoute] = {
     ("GET", "/status"): SessionRoute("query", "sessionId", _nothing),
     ("GET", "/checkpoints"): SessionRoute("query", "sessionId", _nothing),
     ("GET", "/approvals"): SessionRoute("query", "sessionId", _nothing),
+    ("GET", "/approvals/decisions"): SessionRoute("query", "sessionId", _nothing),
     ("POST", "/chat"): SessionRoute(
         "body",
         "id",

@@ -43,6 +43,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "timeoutSeconds": "optional",
         "onTimeout": "optional",
         "remindBefore": "optional",
+        "approvalPolicy": "optional",
     },
     records.ModelStepResult: {
         "response": "required",
@@ -70,6 +71,7 @@ PINNED: dict[Any, dict[str, str]] = {
         "deadlineAt": "optional",
         "runInput": "optional",
         "onTimeout": "optional",
+        "decidedBy": "optional",
     },
     records.CollectedAnswers: {"answers": "required", "abandon": "required"},
     records.CommittedResults: {"results": "required", "stashedMessage": "required"},

@@ -111,6 +111,7 @@ def test_helix_llm_selects_the_demo_model(tmp_path: Path) -> None:
         assert {t["function"]["name"] for t in request.body["tools"]} == {
             "editContent",
             "publishDocument",
+            "deleteDocument",
             "companion__sendMessage",
             "companion__status",
             "companion__end",

@@ -112,6 +112,7 @@ async def test_every_end_of_a_pending_approval_takes_it_out_of_the_inbox(
         "createdAt": t0,
         "deadlineAt": t0 + HOUR_MS,
         "ageMs": 0,
+        "quorum": None,
     }
     assert first.age_ms >= 60_000
 

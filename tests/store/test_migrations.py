@@ -37,7 +37,20 @@ from helix_dbos.store.schema import LIVE_UPDATED_INDEX, VERSION_TABLE, metadata
 from helix_dbos.store.store import SessionStore
 from tests.processes import reaped
 
-REVISIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
+REVISIONS = [
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+]
 OUR_TABLES = {
     "__agents_states",
     "__agents_messages",
@@ -48,6 +61,7 @@ OUR_TABLES = {
     "__agents_adoptions",
     "__agents_approvals",
     "__agents_notifications",
+    "__agents_approval_decisions",
 }
 
 

@@ -20,6 +20,7 @@ from dbos import DBOSClient
 
 from ...config import HelixSettings, parse_database_url
 from ...core.agents import AgentRegistry
+from ...core.approval_policy import Decider
 from ...core.session import SessionState, SubmitAnswer
 from ...store.listing import ListedSession, recent_sessions
 from ...store.migrate import require_current_schema
@@ -154,6 +155,32 @@ class Operator:
             Submission(session_id=state.root_session_id, tool_call_id=tool_call_id, error=error),
         )
         return state.root_session_id, answer
+
+    async def answer_approval(
+        self,
+        session_id: str,
+        tool_call_id: str,
+        approval_id: str,
+        *,
+        approved: bool,
+        reason: str | None,
+        principal: str,
+    ) -> SubmitAnswer:
+        """Approve or deny a pending approval through the normal submit path, on the root,
+        as ``principal`` with the operator's credential (``operator_cli``): the approval's
+        policy holds (four eyes, its quorum), and the decision record names the operator."""
+        return await submit(
+            self._ctx,
+            Submission(
+                session_id=session_id,
+                tool_call_id=tool_call_id,
+                kind="approval-response",
+                approval_id=approval_id,
+                approved=approved,
+                reason=reason,
+                decider=Decider(principal=principal, credential="operator_cli"),
+            ),
+        )
 
     async def heal(self, grace_seconds: float) -> list[Repair]:
         """One reconciliation pass (``helix-dbos heal``). No agents here: a claimed turn with no

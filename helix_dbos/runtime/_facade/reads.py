@@ -78,6 +78,7 @@ async def approval_page(
     deadline_before: int | None,
     limit: int,
     cursor: str | None,
+    viewer: str | None = None,
 ) -> ApprovalPage:
     """A page of the approval inbox (``AgentRuntime.approvals``)."""
     query = ApprovalQuery(
@@ -89,6 +90,7 @@ async def approval_page(
         deadline_before=deadline_before,
         limit=limit,
         cursor=cursor,
+        viewer=viewer,
     )
     return await list_approvals(store, query, now_ms())
 

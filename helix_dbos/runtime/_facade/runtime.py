@@ -19,6 +19,7 @@ from dbos import DBOS, DBOSClient, SetWorkflowID
 
 from ...config import HelixSettings
 from ...core.agents import Agent, AgentRegistry
+from ...core.approval_policy import Decider
 from ...core.clock import now_ms
 from ...core.events import SessionEvent
 from ...core.messages import Message
@@ -682,10 +683,16 @@ class AgentRuntime(NotificationHooks):
         reason: str | None = None,
         edited_input: dict[str, Any] | None = None,
         shown_input: dict[str, Any] | None = None,
+        decider: Decider | None = None,
     ) -> SubmitAnswer:
         """Submit a client tool's result or error, or an approval decision, on the ROOT session.
 
-        Returns ``accepted`` / ``already_completed`` (each with its continuation) or
+        ``decider``: who decides an approval, as your authentication established it (its
+        principal, tenant, credential and roles): checked against the tool's approval policy
+        and kept in the decision record. Default: the in-process API, with no principal.
+
+        Returns ``accepted`` / ``already_completed`` (each with its continuation; an approval
+        counted towards a quorum: ``accepted`` with ``awaiting_quorum``) or
         ``unknown_tool_call`` (with ``reason`` ``run_stopped`` after a stop).
 
         Raises:
@@ -694,6 +701,7 @@ class AgentRuntime(NotificationHooks):
             ApprovalMismatchError: a forged approval (wrong id or other arguments).
             RunSupersededError: the call's run was superseded; nothing written.
             RequestValidationError: neither or both of result and error, or a wrong kind.
+            ApprovalForbiddenError: the approval's policy refuses this decider (403).
         """
         answer = await submit(
             self.ctx,
@@ -708,6 +716,7 @@ class AgentRuntime(NotificationHooks):
                 reason=reason,
                 edited_input=edited_input,
                 shown_input=shown_input,
+                decider=decider,
             ),
         )
         return await self._kept(session_id, answer)
@@ -774,6 +783,7 @@ class AgentRuntime(NotificationHooks):
         deadline_before: int | None = None,
         limit: int = APPROVALS_PAGE_DEFAULT,
         cursor: str | None = None,
+        viewer: str | None = None,
     ) -> ApprovalPage:
         """The approval inbox: approvals waiting for a human across sessions, oldest first.
 
@@ -782,7 +792,8 @@ class AgentRuntime(NotificationHooks):
         (waited at least that many seconds); ``deadline_before`` (expires before that time,
         epoch ms). A page holds at most ``limit`` approvals; pass its ``next_cursor`` as
         ``cursor`` for the next page. Answer one with ``submit_tool_result`` on its
-        ``root_session_id`` (kind ``approval-response`` with its ``approval_id``).
+        ``root_session_id`` (kind ``approval-response`` with its ``approval_id``). ``viewer``:
+        the principal who asks; approvals four eyes bar it from deciding are left out.
 
         Raises:
             RequestValidationError: a limit outside 1..500, a negative duration, a cursor
@@ -798,6 +809,7 @@ class AgentRuntime(NotificationHooks):
             deadline_before=deadline_before,
             limit=limit,
             cursor=cursor,
+            viewer=viewer,
         )
 
     async def wait(

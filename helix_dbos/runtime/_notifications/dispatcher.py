@@ -61,6 +61,7 @@ def notification_of(row: OutboxRow) -> Notification:
         outcome=data.get("outcome"),
         on_timeout=data.get("onTimeout"),
         input=data.get("input"),
+        decider=data.get("decider"),
         data=data,
     )
 
@@ -157,6 +158,10 @@ class Dispatcher:
                         await outbox.skip(self.store, row.id, at)
                         continue
                     reminded.append(row)
+                elif await self._stale_escalation(row, at):
+                    # An approval answered (or ended) before its escalation: nothing to tell.
+                    await outbox.skip(self.store, row.id, at)
+                    continue
                 if not self.hooks.hooks_for(row.kind):
                     await outbox.deliver(self.store, row.id, at)  # nobody to tell
                     continue
@@ -184,6 +189,13 @@ class Dispatcher:
                 # event is delivered again.
                 log_event("notification.dispatch_failed", error=f"{failed!r}"[:300])
         return claimed
+
+    async def _stale_escalation(self, row: OutboxRow, at: int) -> bool:
+        """Whether ``row`` is an escalation, claimed the first time, of a call that no longer
+        waits."""
+        if row.kind != "escalated" or row.attempts != 1:
+            return False
+        return not still_waiting(await self.store.load(row.session_id), row, at)
 
     async def _remind(self, row: OutboxRow, at: int) -> bool:
         """The reminder's stream event, if the call still waits; whether it does."""

@@ -39,8 +39,9 @@ class Notification:
 
     kind: NotificationKind
     """``pending`` (the call parked), ``deadline_near`` (its tool's ``remind_before`` before
-    the deadline), ``expired`` (the deadline lapsed; ``on_timeout`` says what the model got) or
-    ``resolved`` (it stopped waiting otherwise; ``outcome`` says how)."""
+    the deadline), ``expired`` (the deadline lapsed; ``on_timeout`` says what the model got),
+    ``resolved`` (it stopped waiting otherwise; ``outcome`` says how) or ``escalated`` (an
+    approval's policy let a further group answer it: ``data`` has ``escalateTo``)."""
     key: str
     """The event's idempotency key, ``<kind>:<runId>::<toolCallId>``: the same on every
     delivery of this event, different for every other event."""
@@ -69,6 +70,9 @@ class Notification:
     ``result``)."""
     input: dict[str, Any] | None = None
     """``pending`` only: the call's arguments (what an approver approves)."""
+    decider: dict[str, Any] | None = None
+    """``resolved`` of an approval: who decided (``principal``, ``tenant``, ``credential``,
+    ``roles``), as the credential established it; a quorum's ``approvers`` are in ``data``."""
     data: dict[str, Any] = field(default_factory=dict)
     """Everything the event recorded (camelCase), including the fields above."""
 
@@ -233,8 +237,13 @@ class NotificationHooks:
         denied, abandoned by a new message, or stopped; a decorator."""
         return self.notifications.add(hook, ["resolved"])
 
+    def on_escalated(self, hook: H) -> H:
+        """Call ``hook`` when an approval's policy escalates it (its ``escalate_after``
+        passed, unanswered: ``escalate_to``'s roles may answer now); a decorator."""
+        return self.notifications.add(hook, ["escalated"])
+
     def on_notification(self, hook: H, kinds: Iterable[str] | None = None) -> H:
-        """Call ``hook`` for every event of ``kinds`` (default: all four), ``note.kind``
+        """Call ``hook`` for every event of ``kinds`` (default: all five), ``note.kind``
         telling them apart."""
         return self.notifications.add(hook, kinds)
 

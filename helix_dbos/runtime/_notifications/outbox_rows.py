@@ -35,9 +35,16 @@ __all__ = [
     "write",
 ]
 
-NotificationKind = Literal["pending", "deadline_near", "expired", "resolved"]
-"""The events of a parked call the hooks are told."""
-KINDS: Final[tuple[NotificationKind, ...]] = ("pending", "deadline_near", "expired", "resolved")
+NotificationKind = Literal["pending", "deadline_near", "expired", "resolved", "escalated"]
+"""The events of a parked call the hooks are told (``escalated``: an approval's policy let a
+further group answer it)."""
+KINDS: Final[tuple[NotificationKind, ...]] = (
+    "pending",
+    "deadline_near",
+    "expired",
+    "resolved",
+    "escalated",
+)
 
 
 async def write(rows: list[dict[str, Any]], *, in_commit: bool = True) -> None:
@@ -141,6 +148,17 @@ def park_rows(
             due = max(entry.registered_at, entry.deadline_at - int(remind * 1000))
             payload = {**_call(entry), "remindBefore": remind}
             rows.append(_row("deadline_near", payload=payload, due_at=due, **common))
+        escalate_at = (entry.policy or {}).get("escalateAt")
+        if escalate_at is not None and "escalated" in kinds:
+            policy = entry.policy or {}
+            payload = {
+                **_call(entry),
+                "escalateAt": escalate_at,
+                "escalateTo": policy.get("escalateTo"),
+                "roles": policy.get("roles"),
+            }
+            # It happens at its time (not at the park's): ``note.at`` is the escalation's.
+            rows.append(_row("escalated", payload=payload, **{**common, "at": escalate_at}))
     return rows
 
 
@@ -205,6 +223,10 @@ def answer_rows(owner: SessionState, entry: PendingCall, at: int) -> list[dict[s
     if entry.kind == "approval":
         approved = bool(response.get("approved"))
         payload.update(outcome="answered" if approved else "denied", approved=approved)
+        if "decidedBy" in response:  # who decided (``core/approval_policy.py``)
+            payload["decider"] = response["decidedBy"]
+            if "approvers" in response:
+                payload["approvers"] = response["approvers"]
     else:
         payload.update(outcome="answered", isError="error" in response)
     return [

@@ -12,9 +12,10 @@ answer says what the stored result caused (its continuation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from ...core.approval_policy import IN_PROCESS, Tally, check_decider, counted_event, tally
 from ...core.session import (
     Continuation,
     PendingCall,
@@ -26,6 +27,7 @@ from ...core.session import (
 from ...errors import ErrorCode, HelixError, RunSupersededError, SessionNotFoundError
 from ...observability import approval_metrics
 from ...observability.log import log_event
+from ...store import decisions
 from ...store.store import NoChange, RetryTransaction, now_ms
 from .. import names
 from .._commits.opening import ACTIVE_STATUSES
@@ -36,7 +38,14 @@ from .._turn.batch_job import continue_batch
 from .._turn.hibernation import mark_of, on_answer
 from .._turn.wake import SendNotEnlisted, send_in_transaction, send_to_turn, wake_local
 from ..records import TurnMessage
-from .checks import MISSING, Submission, check_shape, measure_result_bytes, validated_response
+from .checks import (
+    MISSING,
+    Submission,
+    check_shape,
+    log_decision,
+    measure_result_bytes,
+    validated_response,
+)
 
 __all__ = [
     "MISSING",
@@ -86,18 +95,22 @@ async def _precheck(ctx: RuntimeContext, sub: Submission) -> None:
     entry = owner.pending.get(sub.tool_call_id) if owner is not None else None
     if owner is None or entry is None or entry.submitted_at is not None:
         return
-    known = sub.error is None or owner.agent_type in ctx.registry
+    known = sub.needs_tool or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
     validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
     )
+    if entry.kind == "approval":  # the policy's refusals, before any answer is stored
+        check_decider(entry, owner.principal, sub.decider or IN_PROCESS, now_ms())
 
 
 @dataclass(frozen=True, slots=True)
 class _Verdict:
     """What one submit's transaction decided (logged and answered after it committed)."""
 
-    outcome: Literal["accepted", "duplicate", "unknown", "tombstone", "lapsed"]
+    outcome: Literal["accepted", "counted", "repeat", "duplicate", "unknown", "tombstone", "lapsed"]
+    """``counted``: an approval stored towards its quorum (the call still waits); ``repeat``:
+    that approver's approval of those arguments was counted already (nothing written)."""
     owner: SessionState | None = None
     entry: PendingCall | None = None
     reason: str | None = None
@@ -108,6 +121,9 @@ class _Verdict:
     """How the answer's wake-up went: ``sent`` (in the transaction), ``skipped`` (no
     workflow), ``hibernated`` (the turn has none: its continuation starts), ``unavailable``
     or ``failed`` (sent after the commit)."""
+    tally: Tally | None = None
+    """An approval's: what the answer did under its policy, and the answer as validated."""
+    decision: dict[str, Any] | None = None
 
 
 def _route(sub: Submission, root: SessionState) -> _Verdict | str:
@@ -153,8 +169,8 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
             toolCallId=tcid,
             runId=entry.run_id,
         )
-    # An error skips validation, so it needs no agent definition (the CLI's fail-call).
-    known = sub.error is None or owner.agent_type in ctx.registry
+    # An error or a plain decision needs no agent definition (the CLI's fail-call, approve).
+    known = sub.needs_tool or owner.agent_type in ctx.registry
     tool = ctx.registry.get(owner.agent_type).tool(entry.tool_name) if known else None
     response = validated_response(
         sub, entry, ctx, tool.input_model if tool else None, tool.output_model if tool else None
@@ -162,6 +178,13 @@ def _store_answer(sub: Submission, ctx: RuntimeContext, owner: SessionState) -> 
     at = now_ms()
     if entry.lapsed_by(at):
         return _Verdict("lapsed", owner, entry, at=at)
+    if entry.kind == "approval":
+        # Who decides, checked against the call's policy; counted towards its quorum.
+        who = sub.decider or IN_PROCESS
+        check_decider(entry, owner.principal, who, at)
+        counted = tally(entry, response, who, at)
+        outcome = "accepted" if counted.effect == "decided" else counted.effect
+        return _Verdict(outcome, owner, entry, at=at, tally=counted, decision=response)
     entry.submitted_at = at
     entry.response = response
     return _Verdict("accepted", owner, entry, at=at)
@@ -190,8 +213,18 @@ async def _submit(ctx: RuntimeContext, sub: Submission) -> tuple[SubmitAnswer, s
     """
     check_shape(sub, ctx)
     verdict = await ctx.store.transact(_StoreAndWake(ctx, sub))
+    if verdict.tally is not None and verdict.outcome in ("accepted", "counted"):
+        assert verdict.entry is not None
+        log_decision(sub, verdict.entry, verdict.tally, verdict.decision or {})
     if verdict.outcome == "accepted":
         return await _accepted(ctx, sub, verdict)
+    if verdict.outcome in ("counted", "repeat"):
+        assert verdict.entry is not None
+        waiting = Continuation(kind="awaiting_quorum")
+        answer = SubmitAnswer(
+            status="accepted", continuation=waiting, tool_call_id=sub.tool_call_id
+        )
+        return answer, verdict.entry.tool_name
     if verdict.outcome == "duplicate":
         assert verdict.owner is not None and verdict.entry is not None
         return await _duplicate(ctx, verdict.owner, verdict.entry), verdict.entry.tool_name
@@ -223,6 +256,8 @@ class _StoreAndWake:
         """Store the answer on ``owner_id``'s row (a pure mutation: it may run again)."""
         owner = states[owner_id]
         verdict = _store_answer(self._sub, self._ctx, owner)
+        if verdict.outcome == "counted":
+            return verdict  # stored; the call waits for the rest of its quorum
         if verdict.outcome != "accepted":
             raise NoChange(verdict)
         assert verdict.entry is not None
@@ -263,17 +298,35 @@ class _StoreAndWake:
 
     async def __call__(self) -> _Verdict:
         saved, verdict = await self._store()
-        if verdict.outcome != "accepted":
+        if verdict.outcome not in ("accepted", "counted"):
             return verdict
         assert verdict.owner is not None and verdict.entry is not None
         owner = saved[verdict.owner.session_id]
         tcid = self._sub.tool_call_id
+        if verdict.tally is not None and verdict.decision is not None:
+            # Who decided, on record in the answer's transaction (``store/decisions.py``).
+            row = decisions.answer_row(
+                owner,
+                owner.pending[tcid],
+                self._sub.decider or IN_PROCESS,
+                verdict.tally,
+                verdict.decision,
+                verdict.at,
+            )
+            await decisions.queue([row])
+        if verdict.outcome == "counted":
+            entry = owner.pending[tcid]
+            # The stream shows the quorum's progress, committed with the approval it counts.
+            await self._ctx.store.append_events(
+                owner.session_id, entry.run_id, [counted_event(entry)]
+            )
+            return replace(verdict, owner=owner, entry=entry)
         # The hooks' ``resolved`` event of this answer commits with it (``_notifications/outbox_rows.py``).
         await outbox_rows.write(
             outbox_rows.answer_rows(owner, owner.pending[tcid], verdict.at), in_commit=False
         )
         sent = await self._wake(owner, verdict)
-        return _Verdict("accepted", owner, owner.pending[tcid], at=verdict.at, sent=sent)
+        return replace(verdict, owner=owner, entry=owner.pending[tcid], sent=sent)
 
     async def _wake(self, owner: SessionState, verdict: _Verdict) -> str:
         """Enlist the answer's wake-up in the transaction; how it went (``_Verdict.sent``)."""

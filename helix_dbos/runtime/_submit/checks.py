@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ...core.approval_policy import IN_PROCESS, Decider, Tally, current_digest
 from ...core.session import PendingCall, args_digest
 from ...errors import (
     ApprovalMismatchError,
@@ -26,7 +27,14 @@ from ...errors import (
 from ...observability.log import describe_issues, log_event
 from .._context import RuntimeContext
 
-__all__ = ["MISSING", "Submission", "check_shape", "measure_result_bytes", "validated_response"]
+__all__ = [
+    "MISSING",
+    "Submission",
+    "check_shape",
+    "log_decision",
+    "measure_result_bytes",
+    "validated_response",
+]
 
 
 class _Missing:
@@ -53,6 +61,18 @@ class Submission:
     edited_input: dict[str, Any] | None = None
     shown_input: dict[str, Any] | None = None
     """For approvals: the arguments the human saw; must match the call's digest."""
+    decider: Decider | None = None
+    """For approvals: who decides, as the caller's credential established it (the HTTP layer
+    from the authenticate hook or token, the CLI as the operator); ``None``: the in-process
+    API, with no principal."""
+
+    @property
+    def needs_tool(self) -> bool:
+        """Whether validating it needs the tool's definition (a result, or edited
+        arguments); an error or a plain decision does not (the operator's CLI has none)."""
+        if self.kind == "client-tool-result":
+            return self.error is None
+        return self.edited_input is not None
 
 
 def measure_result_bytes(result: Any) -> int:
@@ -156,10 +176,10 @@ def validated_response(
         raise ApprovalMismatchError(
             "The approvalId does not match the pending approval", toolCallId=sub.tool_call_id
         )
-    if (
-        sub.shown_input is not None
-        and args_digest(entry.tool_name, sub.shown_input) != entry.args_digest
-    ):
+    # Bound to the arguments as they stand: an edit under a quorum rebinds them.
+    if sub.shown_input is not None and args_digest(
+        entry.tool_name, sub.shown_input
+    ) != current_digest(entry):
         raise ApprovalMismatchError(
             "The approval was given for other arguments than the call's",
             toolCallId=sub.tool_call_id,
@@ -182,6 +202,26 @@ def validated_response(
             ) from None
         decision["editedInput"] = sub.edited_input
     return decision
+
+
+def log_decision(
+    sub: Submission, entry: PendingCall, tally: Tally, decision: dict[str, Any]
+) -> None:
+    """The log line of an approval's answer on record (after its commit)."""
+    who = sub.decider or IN_PROCESS
+    log_event(
+        "approval.decided",
+        sessionId=sub.session_id,
+        toolCallId=sub.tool_call_id,
+        toolName=entry.tool_name,
+        approvalId=entry.approval_id,
+        approved=bool(decision.get("approved")),
+        final=tally.effect == "decided",
+        votes=tally.votes,
+        quorum=tally.quorum,
+        principal=who.principal,
+        credential=who.credential,
+    )
 
 
 def scrub(ctx: RuntimeContext, text: str) -> str:

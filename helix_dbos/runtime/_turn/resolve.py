@@ -76,7 +76,18 @@ def _answered(tcid: str, name: str, entry: dict[str, Any]) -> ToolResult:
         answered.update(_client_answer(response))
     else:
         answered.update(_approval_answer(response, entry))
+        if "decidedBy" in response:
+            answered["decidedBy"] = _decider(response)
     return cast("ToolResult", answered)
+
+
+def _decider(response: dict[str, Any]) -> dict[str, Any]:
+    """Who decided an approval, for ``tool_end``: the last decider, with a quorum's
+    approvers."""
+    decider = dict(response["decidedBy"])
+    if "approvers" in response:
+        decider["approvers"] = response["approvers"]
+    return decider
 
 
 def _client_answer(response: dict[str, Any]) -> dict[str, Any]:
@@ -143,12 +154,16 @@ def call_outcome(result: ToolResult) -> str | None:
 
 def end_fields(result: ToolResult) -> dict[str, Any]:
     """What a ``tool_end`` event adds for a suspended call: ``outcome`` (``call_outcome``)
-    and, for an expired call, ``onTimeout`` (the policy applied)."""
+    and, for an expired call, ``onTimeout`` (the policy applied); for an answered approval,
+    ``decider`` (who decided: ``principal``, ``tenant``, ``credential``, a quorum's
+    ``approvers``)."""
     outcome = call_outcome(result)
     if outcome is None:
         return {}
     if outcome == "expired":
         return {"outcome": outcome, "onTimeout": result.get("onTimeout", "error")}
+    if "decidedBy" in result:
+        return {"outcome": outcome, "decider": result["decidedBy"]}
     return {"outcome": outcome}
 
 

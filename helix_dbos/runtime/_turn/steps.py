@@ -21,6 +21,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from dbos import DBOS
 
+from ...core.approval_policy import entry_policy
 from ...core.events import event
 from ...core.humanize import humanize_client_tool_error
 from ...core.llm import LLMRequest, LLMResponse
@@ -30,6 +31,7 @@ from ...core.session import PendingCall, SessionState, Tombstone, args_digest, s
 from ...errors import HelixError, ProviderError, SessionNotFoundError, with_details
 from ...observability import approval_metrics, metrics
 from ...observability.log import log_event
+from ...store import decisions
 from ...store.faults import is_transient
 from ...store.store import OWNERSHIP_ATTEMPTS, Fenced, NoChange, RetryTransaction, guard, now_ms
 from .. import names
@@ -316,6 +318,7 @@ def pending_entries(
             completed_retention_ms=retention_ms,
             approval_id=names.approval_id(run_id, tcid) if item["kind"] == "approval" else None,
             on_timeout=item.get("onTimeout"),
+            policy=entry_policy(item.get("approvalPolicy"), at_ms),
             args_digest=args_digest(item["toolName"], item["input"])
             if item["kind"] == "approval"
             else None,
@@ -340,6 +343,7 @@ def start_events(plan: list[PlanItem], entries: dict[str, PendingCall]) -> list[
                     approvalId=entry.approval_id,
                     argsDigest=entry.args_digest,
                     deadlineAt=entry.deadline_at,
+                    **({"policy": entry.policy} if entry.policy else {}),
                 )
             )
         else:
@@ -583,6 +587,8 @@ async def commit_results(
             [session_id, root_session_id], settle.with_wake(woken, workflow_id)
         )
         saved = committed[session_id]
+        # The expiries' policy outcomes, on the decision record with the commit.
+        await decisions.queue([decisions.expiry_row(saved, e, p, at) for e, p in settle.expired])
     else:
         await ctx.store.update([session_id], _fence(session_id, run_id, plan, workflow_id, at))
         results = [given[item["toolCallId"]] for item in plan]
@@ -611,8 +617,8 @@ class _Settle:
     call from its stored entry, clear the pending and ownership entries, write the root's
     tombstones, and move the session to the continuation run."""
 
-    __slots__ = ("at", "given", "next_run", "plan", "root_id", "run_id", "session_id",
-                 "woken", "workflow_id")  # fmt: skip
+    __slots__ = ("at", "expired", "given", "next_run", "plan", "root_id", "run_id",
+                 "session_id", "woken", "workflow_id")  # fmt: skip
 
     def __init__(
         self,
@@ -628,6 +634,8 @@ class _Settle:
         self.next_run, self.plan, self.given, self.at = next_run, plan, given, at
         self.woken: WokenAnswers = {}
         self.workflow_id: str | None = None
+        self.expired: list[tuple[PendingCall, str]] = []
+        """The approvals whose deadline lapsed, with the policy applied (their record)."""
 
     def with_wake(self, woken: WokenAnswers | None, workflow_id: str | None) -> _Settle:
         """The answers' times the turn was woken by, and the workflow that continues it."""
@@ -644,6 +652,7 @@ class _Settle:
         abandon = bool(stash and stash.get("abandonPending"))
         _forget_child_ends(owner, self.plan)
         resolved = dict(self.given)
+        self.expired = []
         ids = []
         for item in self.plan:
             if item["kind"] in SUSPENDING_KINDS:
@@ -672,6 +681,9 @@ class _Settle:
                 entry.dump() if entry is not None and entry.run_id == self.run_id else None
             )
             resolved[tcid] = resolve_call(item, current_entry, abandon)
+        result = resolved[tcid]
+        if entry is not None and entry.kind == "approval" and result["outcome"] == "timeout":
+            self.expired.append((entry, result.get("onTimeout", "error")))
         root.ownership.pop(tcid, None)
         root.completed[tcid] = Tombstone(
             completed_at=self.at,

@@ -231,7 +231,8 @@
       const waitedMs = a.ageMs + (Date.now() - at);
       waited.textContent =
         `Waiting ${duration(waitedMs)}; expires ${new Date(a.deadlineAt).toLocaleString()}` +
-        ` (in ${duration(a.deadlineAt - Date.now())})`;
+        ` (in ${duration(a.deadlineAt - Date.now())})` +
+        quorumText(a.quorum);
     };
 
     async function decide(approved) {
@@ -239,9 +240,14 @@
       outcome.className = 'outcome';
       outcome.textContent = approved ? 'Sending your approval…' : 'Sending your denial…';
       try {
-        await answer(li.approval, approved, reason.value.trim());
+        const answered = await answer(li.approval, approved, reason.value.trim());
+        const counted = answered.continuation && answered.continuation.kind === 'awaiting_quorum';
         outcome.classList.add(approved ? 'ok' : 'bad');
-        outcome.textContent = approved ? 'Approved.' : 'Denied.';
+        outcome.textContent = counted
+          ? 'Approved; the quorum waits for more approvers.'
+          : approved
+            ? 'Approved.'
+            : 'Denied.';
         li.doneAt = Date.now();
         li.classList.add('decided');
         if (channel) {
@@ -266,6 +272,15 @@
     approve.addEventListener('click', () => decide(true));
     deny.addEventListener('click', () => decide(false));
     return li;
+  }
+
+  // An approval policy's state: "approved by 1 of 2 (ann)", and an escalation.
+  function quorumText(q) {
+    if (!q) return '';
+    let text = q.needed > 1 ? `; approved by ${q.text}` : '';
+    if (q.needed > 1 && q.approvers.length) text += ` (${q.approvers.join(', ')})`;
+    if (q.escalated) text += `; escalated to ${(q.escalateTo || []).join(', ')}`;
+    return text;
   }
 
   function describe(error) {

@@ -1,0 +1,143 @@
+"""The decision record's queries (Postgres and SQLite): rows queued in a unit of work land with
+it and a replayed key lands once; the list is newest first, filtered, paged by its cursor
+without skipping or repeating; the purge deletes what is older than the retention only; on
+Postgres each filter is an index range scan in the list's order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.dialects import postgresql
+
+from helix_dbos.core.clock import now_ms
+from helix_dbos.errors import RequestValidationError
+from helix_dbos.store import decisions
+from helix_dbos.store.decisions import DecisionQuery, decisions_statement, list_decisions
+from helix_dbos.store.store import SessionStore
+
+DAY_MS = 86_400_000
+
+
+def row(i: int, at: int, **more: Any) -> dict[str, Any]:
+    return {
+        "decision_key": f"answer:r::c{i}:1",
+        "approval_id": f"r::c{i}",
+        "session_id": f"s{i % 7}",
+        "root_session_id": f"s{i % 7}",
+        "run_id": "r",
+        "tool_call_id": f"c{i}",
+        "tool_name": f"tool{i % 3}",
+        "args_digest": "d",
+        "edited_digest": None,
+        "outcome": "denied" if i % 5 == 0 else "approved",
+        "final": True,
+        "votes": 1,
+        "quorum": 1,
+        "reason": None,
+        "on_timeout": None,
+        "principal": f"approver{i % 4}",
+        "tenant": f"tenant{i % 2}",
+        "credential": "hook",
+        "roles": ["finance"] if i % 2 else None,
+        "owner_principal": f"user{i % 3}",
+        "owner_tenant": f"tenant{i % 2}",
+        "decided_at": at,
+        **more,
+    }
+
+
+async def write(store: SessionStore, rows: list[dict[str, Any]]) -> None:
+    async def unit() -> None:
+        await decisions.queue(rows)
+
+    await store.transact(unit)
+
+
+async def test_the_record_is_listed_newest_first_and_paged(store: SessionStore) -> None:
+    now = now_ms()
+    # Two rows share a time: the id orders them.
+    await write(store, [row(i, now - (i // 2) * 1000) for i in range(40)])
+    await write(store, [row(0, now + 5)])  # a replayed key: dropped
+    page = await list_decisions(store, DecisionQuery(limit=500))
+    assert len(page.decisions) == 40 and page.next_cursor is None
+    keys = [(d.decided_at, d.id) for d in page.decisions]
+    assert keys == sorted(keys, reverse=True)
+    assert page.decisions[-1].roles is None and page.decisions[-2].roles == ["finance"]
+
+    seen: list[int] = []
+    cursor = None
+    while True:
+        part = await list_decisions(store, DecisionQuery(limit=7, cursor=cursor))
+        seen += [d.id for d in part.decisions]
+        cursor = part.next_cursor
+        if cursor is None:
+            break
+    assert seen == [d.id for d in page.decisions]
+
+    by = await list_decisions(store, DecisionQuery(principal="approver1", owner_tenant="tenant1"))
+    assert {(d.principal, d.owner_tenant) for d in by.decisions} == {("approver1", "tenant1")}
+    denied = await list_decisions(store, DecisionQuery(outcome="denied", since=now - 5_000))
+    assert [d.tool_call_id for d in denied.decisions] == ["c0", "c5", "c10"]
+    one = await list_decisions(store, DecisionQuery(approval_id="r::c7"))
+    assert [d.dump()["approvalId"] for d in one.decisions] == ["r::c7"]
+    for bad in (DecisionQuery(limit=0), DecisionQuery(outcome="maybe"), DecisionQuery(cursor="x")):
+        with pytest.raises(RequestValidationError):
+            await list_decisions(store, bad)
+
+    # The record's own retention: only what is older than it goes.
+    assert await decisions.purge_decisions(store, now - 10_000) == 18
+    left = await list_decisions(store, DecisionQuery(limit=500))
+    assert len(left.decisions) == 22 and min(d.decided_at for d in left.decisions) > now - 11_000
+
+
+def _plan(url: str, query: DecisionQuery) -> str:
+    statement = decisions_statement(query).limit(query.limit + 1)
+    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+    sql = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    with psycopg.connect(url) as conn:
+        return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql).fetchall())
+
+
+@pytest.mark.postgres_only
+async def test_the_lists_are_index_scans_in_order(migrated_pg_url: str) -> None:
+    """With 20,000 decisions, each filter's page reads its index backward: no sort, no scan
+    of the table."""
+    now = now_ms()
+    with psycopg.connect(migrated_pg_url) as conn:
+        conn.execute(
+            """
+            INSERT INTO __agents_approval_decisions (decision_key, approval_id, session_id,
+                root_session_id, run_id, tool_call_id, tool_name, outcome, final, credential,
+                principal, owner_principal, owner_tenant, decided_at)
+            SELECT 'k' || i, 'r::c' || i, 's' || mod(i, 900), 's' || mod(i, 900), 'r',
+                'c' || i, 'tool' || mod(i, 5), 'approved', true, 'hook',
+                'approver' || mod(i, 200), 'user' || mod(i, 1000), 'tenant' || mod(i, 10),
+                %(now)s - i * 1000
+            FROM generate_series(1, 20000) AS i
+            """,
+            {"now": now},
+        )
+        conn.execute("ANALYZE __agents_approval_decisions")
+    cursor = f"{now - 5_000_000}.15000"
+    for index, query in (
+        ("newest", DecisionQuery()),
+        ("newest", DecisionQuery(cursor=cursor)),
+        ("owner_tenant", DecisionQuery(owner_tenant="tenant3")),
+        ("principal", DecisionQuery(principal="approver7")),
+    ):
+        plan = _plan(migrated_pg_url, query)
+        assert f"Index Scan Backward using ix___agents_approval_decisions_{index}" in plan, (
+            query,
+            plan,
+        )
+        assert "Sort" not in plan and "Seq Scan" not in plan, (query, plan)
+    # One owner's or one approval's few decisions: found by their index (the planner may
+    # sort those few).
+    for index, query in (
+        ("owner_principal", DecisionQuery(owner_principal="user7")),
+        ("approval_id", DecisionQuery(approval_id="r::c77")),
+    ):
+        plan = _plan(migrated_pg_url, query)
+        assert f"ix___agents_approval_decisions_{index}" in plan and "Seq Scan" not in plan
