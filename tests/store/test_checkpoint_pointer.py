@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -85,3 +86,51 @@ async def test_the_pointer_a_compare_and_swap_carries_only_moves_forward(
     await _swapping_step(store, "t", "beside")
     assert (await store.get("t")).latest_checkpoint_id is None
     assert (await store.get("s")).latest_checkpoint_id == "beside"
+
+
+async def _written(store: SessionStore, session_id: str, checkpoint_id: str, at: datetime) -> None:
+    """A checkpoint of ``session_id`` written in a transaction of its own."""
+    await store.transact(
+        lambda: store.write_checkpoint(
+            session_id, "r", step_count=1, state={}, checkpoint_id=checkpoint_id, created_at=at
+        )
+    )
+
+
+async def test_only_the_checkpoint_a_row_points_at_holds_its_pointer_back(
+    store: SessionStore,
+) -> None:
+    """What holds the pointer back is the checkpoint the row points at: not a newer
+    checkpoint of another session. A checkpoint as new as the one pointed at moves it (the
+    later write wins a tie)."""
+    await store.create_session(session("s"))
+    await store.create_session(session("o"))
+    now = datetime.now(UTC)
+    await _written(store, "o", "other", now + timedelta(seconds=10))
+    await _written(store, "s", "a", now)
+    await _written(store, "s", "b", now + timedelta(seconds=1))
+    assert (await store.get("s")).latest_checkpoint_id == "b"
+    await _written(store, "s", "tie", now + timedelta(seconds=1))
+    assert (await store.get("s")).latest_checkpoint_id == "tie"
+    assert (await store.get("o")).latest_checkpoint_id == "other"
+
+
+async def test_a_checkpoint_written_in_a_transaction_is_read_back_whole_in_it(
+    store: SessionStore,
+) -> None:
+    """A checkpoint written in a transaction (queued, on Postgres) keeps its run and message
+    count, and the transaction reads it as the one its row points at."""
+    await store.create_session(session("s"))
+
+    async def write_then_read() -> dict[str, Any] | None:
+        await store.write_checkpoint(
+            "s", "run_1", step_count=3, state={"k": 1}, message_count=7, checkpoint_id="cp"
+        )
+        return await store.latest_checkpoint("s")
+
+    seen = await store.transact(write_then_read)
+    assert seen is not None
+    assert (seen["checkpoint_id"], seen["run_id"], seen["message_count"]) == ("cp", "run_1", 7)
+    stored = await store.get_checkpoint("cp")
+    assert stored is not None
+    assert (stored["run_id"], stored["message_count"], stored["step_count"]) == ("run_1", 7, 3)
