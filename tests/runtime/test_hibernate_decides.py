@@ -3,7 +3,10 @@ were committed before it is drained live, never hibernated."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from dbos import DBOS
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from tests.runtime import hibernation_worker as worker
@@ -32,3 +35,40 @@ async def test_a_batch_answered_before_the_hibernate_commit_is_drained_live(
     assert (await worker.workflow_result(handle.workflow_id))["outcome"] == "completed"
     assert await worker.continuations(sid) == []
     assert await worker.tool_results(rt, sid) == calls
+
+
+async def test_a_batch_a_new_message_abandoned_before_the_hibernate_commit_is_drained_live(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new message abandons the parked batch, but its wake-ups are lost (it lands as the hot
+    window ends): the hibernate commit finds it stashed on the row and the turn drains the
+    batch live, abandoning the unanswered call. Hibernating instead would leave the session
+    ``suspended_client_tool`` until its calls' deadline (300 s; the keeper is off)."""
+    llm = ScriptedLLM(worker.script)
+    rt = await make_runtime(
+        [worker.agent("warm", llm, hibernate_after=1.0)],
+        heal_interval_seconds=0,
+        deadline_keeper_seconds=0,
+    )
+    real_send = DBOS.send_async
+
+    async def losing_abandon(
+        destination_id: str, message: Any, topic: Any = None, **kw: Any
+    ) -> None:
+        if isinstance(message, dict) and message.get("kind") == "abandon":
+            return  # the control message is lost; the stash is on the row
+        await real_send(destination_id, message, topic, **kw)
+
+    monkeypatch.setattr(DBOS, "send_async", losing_abandon)
+    handle = await rt.start("warm", "2 edits")
+    sid = handle.session_id
+    answered, abandoned = [c["toolCallId"] for c in await rt.wait_for_pending(sid, 2)]
+    lose_answer_wakeups(rt, monkeypatch)
+    assert (await rt.submit_tool_result(sid, answered, result={"applied": 1})).status == "accepted"
+    await rt.resume(sid, "with_message", "never mind, do Y instead", abandon_pending=True)
+    view = await rt.wait(sid, timeout=20)
+    assert view["status"] == "completed", view
+    assert await worker.continuations(sid) == []
+    by_id = {m.tool_call_id: m for m in await rt.messages(sid) if m.role == "tool"}
+    assert by_id[answered].result == {"applied": 1}
+    assert by_id[abandoned].error_code == "client_tool_abandoned"
