@@ -9,6 +9,7 @@ The models are found, not listed: a route's body model must declare the session 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from collections.abc import Iterator
@@ -21,6 +22,9 @@ import helix_dbos.http as http_package
 from helix_dbos.errors import RequestValidationError
 from helix_dbos.http.body import validate_body
 from helix_dbos.http.pipeline import named_sessions, session_field
+
+#: The modules of an optional extra, and the package that extra installs.
+OPTIONAL = {"helix_dbos.http.mcp_route": "mcp", "helix_dbos.http.mcp_tasks": "mcp"}
 
 #: Objects whose keys are the client's own data, not a model's fields.
 FREE_FORM = {"state", "forwardedProps", "editedInput", "input", "parameters", "metadata", "payload"}
@@ -90,6 +94,9 @@ def route_models() -> dict[str, type[BaseModel]]:
     """Every class in ``helix_dbos.http`` that declares the session it acts on."""
     found: dict[str, type[BaseModel]] = {}
     for info in pkgutil.walk_packages(http_package.__path__, f"{http_package.__name__}."):
+        extra = OPTIONAL.get(info.name)
+        if extra is not None and importlib.util.find_spec(extra) is None:
+            continue  # a module of an extra that is not installed: it serves no route here
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
             if (
