@@ -2,9 +2,7 @@
 (ARCHITECTURE.md, rule 3): a lost compare-and-swap (on Postgres, at the batch's flush) runs the
 whole transaction again, the mutation with it, on rows read again. So a mutation changes only
 the rows it is given and reports through its return value: run twice on the same rows, it
-changes them alike and returns the same. And it never calls out: no log line, metric, span,
-wake-up, store call or I/O happens while it runs (a retried transaction would do it again,
-and a rolled-back one would have done it for nothing).
+changes them alike and returns the same.
 
 ``Twice`` runs each mutation of a turn's life that way: first on a copy of the rows, then on
 the rows, and notes every difference. The scenarios below take each mutation in
@@ -33,7 +31,6 @@ from helix_dbos.core import ToolAsks, clock, define_agent, define_tool, tool_ans
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.observability.log import log_event
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.store import NoChange, SessionStore
 from tests.runtime.conftest import MakeRuntime
@@ -109,7 +106,6 @@ class Twice:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: set[tuple[str, str, int]] = set()
         self.differences: list[str] = []
-        self.calls_out: set[str] = set()
         original = SessionStore.update
 
         async def update(store: SessionStore, ids: Any, mutate: Any, **kwargs: Any) -> Any:
@@ -129,7 +125,7 @@ class Twice:
             rows = {k: s.model_copy(deep=True) for k, s in states.items()}
             # A mutation may read the clock (an answer's time): each run of a retried
             # transaction reads it anew, so both runs here read it at one instant.
-            with _one_instant(), _watching_calls_out(self.calls_out, name):
+            with _one_instant():
                 first = _run(mutate, rows)
                 try:
                     value = mutate(states)
@@ -158,90 +154,6 @@ class Twice:
             k: s.model_dump() for k, s in states.items()
         }:
             self.differences.append(f"{name}: the two runs left different rows")
-
-
-#: What a mutation must never call, by module: the log, metrics and spans, the store (but
-#: ``swap``, whose ``guard`` and ``NoChange`` a mutation uses), wake-ups and notifications,
-#: DBOS, the event loop, the database drivers, I/O.
-_CALLING_OUT = (
-    "helix_dbos.observability",
-    "helix_dbos.store.",
-    "helix_dbos.runtime._turn.wake",
-    "helix_dbos.runtime._notifications",
-    "dbos",
-    "asyncio",
-    "logging",
-    "sqlalchemy",
-    "psycopg",
-    "aiosqlite",
-    "opentelemetry",
-    "prometheus_client",
-    "socket",
-    "_socket",
-    "select",
-    "io",
-    "_io",
-    "os",
-    "posix",
-    "subprocess",
-)
-_MAY_CALL = ("helix_dbos.store.swap",)
-_BUILTINS_OUT = frozenset({"print", "open", "input"})
-
-
-def _calls_out(module: str, function: str) -> bool:
-    """Whether calling ``function`` of ``module`` is a call out of a mutation."""
-    if module == "builtins":
-        return function in _BUILTINS_OUT
-    if module.startswith(_MAY_CALL):
-        return False
-    return any(
-        module.startswith(m) if m.endswith(".") else module == m or module.startswith(m + ".")
-        for m in _CALLING_OUT
-    )
-
-
-@contextmanager
-def _watching_calls_out(found: set[str], name: tuple[str, str, int]) -> Iterator[None]:
-    """Within this block (a mutation's runs, synchronous), note in ``found`` every call out
-    made on this thread: Python functions by their module, built-in ones by theirs."""
-
-    def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "call":
-            module = str(frame.f_globals.get("__name__", ""))
-            function = frame.f_code.co_qualname
-        elif event == "c_call":
-            owner = getattr(arg, "__self__", None)
-            module = getattr(arg, "__module__", None) or type(owner).__module__
-            function = getattr(arg, "__qualname__", "?")
-        else:
-            return
-        if _calls_out(module, function):
-            found.add(f"{name}: {module}.{function}")
-
-    before = sys.getprofile()
-    sys.setprofile(hook)
-    try:
-        yield
-    finally:
-        sys.setprofile(before)
-
-
-def test_a_call_out_of_a_mutation_is_seen() -> None:
-    """The watch sees a log line and a file opened from a mutation, and not what a mutation
-    may do (change its rows, read the clock, raise ``NoChange``)."""
-    found: set[str] = set()
-    state = SessionState(session_id="s", agent_type="a", root_session_id="s")
-    with _watching_calls_out(found, ("m", "f", 1)):
-        state.metadata["k"] = clock.now_ms()
-        NoChange(None)
-    assert found == set()
-    with _watching_calls_out(found, ("m", "f", 1)):
-        log_event("mutation.called_out", sessionId="s")
-        with open(__file__) as source:
-            source.read(1)
-    assert "('m', 'f', 1): helix_dbos.observability.log.log_event" in found, found
-    assert "('m', 'f', 1): io.open" in found, found
 
 
 @contextmanager
@@ -440,6 +352,5 @@ async def test_every_mutation_does_the_same_when_run_twice(
     await _companion_turns(rt)
     await _asking_turns(rt)
     assert twice.differences == []
-    assert twice.calls_out == set(), "a mutation called out (it would again on every re-run)"
     untaken = [s for s in _sites_in_runtime() if not any(s.takes(*call) for call in twice.calls)]
     assert untaken == [], "a mutation of the runtime no scenario here takes"
