@@ -50,9 +50,10 @@ def spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def serve(url: str, executor: str, logs: Path) -> subprocess.Popen[bytes]:
+def serve(url: str, executor: str, logs: Path, code: Path | None = None) -> subprocess.Popen[bytes]:
     """``helix-dbos serve`` of ``AGENTS`` on ``url`` (this directory is its working directory,
-    so that its ``APP`` imports this module)."""
+    so that its ``APP`` imports this module); ``code``: the tree whose ``helix_dbos`` it runs
+    (default: this one's)."""
     return subprocess.Popen(
         [sys.executable, "-m", "helix_dbos.cli", "serve", APP, "--allow-unauthenticated"]
         + ["--port", str(free_port())],
@@ -60,7 +61,7 @@ def serve(url: str, executor: str, logs: Path) -> subprocess.Popen[bytes]:
             **{k: v for k, v in os.environ.items() if not k.startswith("HELIX_")},
             "HELIX_DATABASE_URL": url,
             "HELIX_EXECUTOR_ID": executor,
-            "PYTHONPATH": str(HERE.parent),
+            "PYTHONPATH": str(code or HERE.parent),
         },
         stdout=(logs / f"{executor}.log").open("ab"),
         stderr=subprocess.STDOUT,
@@ -215,23 +216,27 @@ async def latency_phase(base: str, url: str, samples: int) -> dict[str, Any]:
     }
 
 
-def spread_deadlines(url: str, lead: float, window: float) -> tuple[int, dict[str, int]]:
-    """Move the ``due`` sessions' deadlines to ``lead`` s from now, spread uniformly over
-    ``window`` s: the pending entry's ``deadlineAt`` and the mark's ``dueAt`` (one statement,
-    each row's version moved on as any write does). (start, session -> deadline)."""
+def spread_deadlines(
+    url: str, lead: float, window: float, limit: int | None = None
+) -> tuple[int, dict[str, int]]:
+    """Move the ``due`` sessions' deadlines (``limit`` of them, default all) to ``lead`` s from
+    now, spread uniformly over ``window`` s: the pending entry's ``deadlineAt`` and the mark's
+    ``dueAt`` (one statement, each row's version moved on as any write does). (start,
+    session -> deadline)."""
     start = int((time.time() + lead) * 1000)
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "WITH d AS (SELECT session_id, (SELECT k FROM jsonb_object_keys("
             "pending_client_tool_calls) k LIMIT 1) AS tcid, %(start)s::bigint + ((row_number()"
             " OVER (ORDER BY md5(session_id)) - 1) * %(window)s::bigint) / count(*) OVER () AS due"
-            " FROM __agents_states WHERE agent_type = 'due' AND metadata ? 'hibernated')"
+            " FROM (SELECT * FROM __agents_states WHERE agent_type = 'due'"
+            " AND metadata ? 'hibernated' ORDER BY session_id LIMIT %(limit)s) AS due_rows)"
             " UPDATE __agents_states s SET pending_client_tool_calls = jsonb_set("
             "s.pending_client_tool_calls, ARRAY[d.tcid, 'deadlineAt'], to_jsonb(d.due)),"
             " metadata = jsonb_set(s.metadata, '{hibernated,dueAt}', to_jsonb(d.due)),"
             " version = s.version + 1, updated_at = now()"
             " FROM d WHERE s.session_id = d.session_id RETURNING s.session_id, d.due",
-            {"start": start, "window": int(window * 1000)},
+            {"start": start, "window": int(window * 1000), "limit": limit},
         ).fetchall()
     return start, {str(sid): int(due) for sid, due in rows}
 
@@ -274,13 +279,17 @@ def fired(url: str) -> dict[str, Any]:
     }
 
 
-def timeouts_so_far(url: str) -> int:
-    """The timeouts committed so far (``-1`` when the server refused a connection: a shared
-    server may be at its ``max_connections``; the next poll asks again)."""
+def timeouts_so_far(url: str, since_ms: int = 0) -> int:
+    """The timeouts committed so far (since ``since_ms``: a range of the usage table's
+    ``(source_type, timestamp)`` index, not every timeout ever; ``-1`` when the server refused
+    a connection: a shared server may be at its ``max_connections``; the next poll asks
+    again)."""
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM __agents_usage WHERE source_type = 'client_tool_timeout'"
+                " AND timestamp >= %s",
+                (since_ms,),
             ).fetchone()
     except psycopg.OperationalError:
         return -1
@@ -368,17 +377,20 @@ async def deadline_phase(
     The CPU time of the servers and of the database server (when it runs on this machine) is
     read at the first deadline and once every call fired (or the grace ran out)."""
     postmaster = postmaster_of(url)
-    start, deadlines = spread_deadlines(url, args.lead, 60.0)
+    start, deadlines = spread_deadlines(url, args.lead, 60.0, getattr(args, "deadlines", None))
     last = start + 60_000
     await asyncio.sleep(max(0.0, start / 1000 - time.time()))
     cpu_before, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter()
     # A light count while they fire (the full read joins DBOS's table: once, at the end).
     while time.time() * 1000 < last + args.grace * 1000:
         await asyncio.sleep(1.0)
-        if timeouts_so_far(url) >= len(deadlines):
+        if timeouts_so_far(url, start) >= len(deadlines):
             break
     cpu_after, clock = cpu_snapshot(servers or [], postmaster), time.perf_counter() - clock
     seen = fired(url)
+    # This phase's calls only (an earlier phase on the same database fired others).
+    seen["usage"] = [(sid, at) for sid, at in seen["usage"] if sid in deadlines]
+    seen["ends"] = [(sid, at) for sid, at in seen["ends"] if sid in deadlines]
     counts: dict[str, int] = {}
     for sid, _ in seen["ends"]:
         counts[sid] = counts.get(sid, 0) + 1

@@ -26,6 +26,9 @@ Variable                       Meaning (default)
                                only checks the schema and names the command to run.
 ``HELIX_MAX_EXECUTOR_THREADS`` Bound on DBOS's thread pool (64).
 ``HELIX_SQLITE_POLL_SECONDS``  SQLite wake-up polling interval (0.05).
+``HELIX_RETENTION``            How long ended sessions are kept (``30d``, ``12h``...; default
+                               none: nothing is deleted). docs/retention.md.
+``HELIX_RETENTION_BY_AGENT``   Per agent: ``support=7d,audit=never`` (over the default).
 ``HELIX_DECISION_RETENTION_DAYS`` How long ``helix-dbos approvals --purge-decided`` keeps the
                                decision record (unset: it needs ``--older-than``).
 ``DBOS_LOG_LEVEL``             DBOS's own log level (``WARNING``; any case).
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .core.contract import CONTRACT_VERSION, REPLAYABLE_VERSIONS
+from .core.pg_url import canonical
 from .errors import ConfigError
 
 __all__ = [
@@ -54,6 +58,7 @@ __all__ = [
     "HelixSettings",
     "generate_executor_id",
     "parse_database_url",
+    "parse_duration",
     "redact_url",
 ]
 
@@ -102,10 +107,14 @@ def redact_url(url: str) -> str:
 def parse_database_url(url: str) -> DatabaseUrls:
     """Accept the forms users paste and map them to our drivers.
 
-    ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` and ``sqlite:///path``.
+    ``postgresql://``, ``postgres://``, ``postgresql+psycopg://`` and ``sqlite:///path``. A
+    Postgres URL naming several hosts, in any form libpq or SQLAlchemy reads, becomes the
+    query form every driver reads alike, and gets a ``connect_timeout`` when it sets none
+    (``core/pg_url.py``).
 
     Raises:
-        ConfigError: any other scheme, or a URL without a database.
+        ConfigError: any other scheme, a URL without a database, or one whose hosts mix the
+            multi-host forms (the message names the form to use).
     """
     url = url.strip()
     scheme, sep, rest = url.partition("://")
@@ -117,6 +126,7 @@ def parse_database_url(url: str) -> DatabaseUrls:
     if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
         if "/" not in rest or not rest.split("/", 1)[1].split("?")[0]:
             raise ConfigError(f"The Postgres URL names no database: {redact_url(url)!r}")
+        rest = canonical(rest)  # several hosts: the query form; a connect timeout
         base = f"postgresql://{rest}"
         driver = f"postgresql+psycopg://{rest}"
         return DatabaseUrls(base, driver, driver, base, "postgresql")
@@ -145,6 +155,57 @@ def _seconds_or_never(value: str) -> float | None:
     if value.strip().lower() in ("none", "never"):
         return None
     return float(value)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> float | None:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or plain seconds; ``none``/``never``: ``None``.
+
+    Raises:
+        ValueError: anything else, or a negative duration.
+    """
+    value = text.strip().lower()
+    if value in ("none", "never"):
+        return None
+    unit = _UNITS.get(value[-1:], 0)
+    number = float(value[:-1] if unit else value) * (unit or 1)
+    if not (0 <= number < float("inf")):
+        raise ValueError(f"not a duration: {text!r}")
+    return number
+
+
+def _retention_values(env: Mapping[str, str]) -> dict[str, object]:
+    """``HELIX_RETENTION`` (a duration), ``HELIX_RETENTION_BY_AGENT`` (``agent=duration,...``)
+    and ``HELIX_RETENTION_SWEEP_SECONDS``.
+
+    Raises:
+        ConfigError: a value that is not a duration, or an entry without ``=``.
+    """
+    values: dict[str, object] = {}
+    try:
+        if env.get("HELIX_RETENTION"):
+            values["retention_seconds"] = parse_duration(env["HELIX_RETENTION"])
+        if env.get("HELIX_RETENTION_BY_AGENT"):
+            by: dict[str, float | None] = {}
+            for entry in env["HELIX_RETENTION_BY_AGENT"].split(","):
+                if entry.strip():
+                    agent, eq, duration = entry.partition("=")
+                    if not eq or not agent.strip():
+                        raise ValueError(f"{entry.strip()!r} is not agent=duration")
+                    by[agent.strip()] = parse_duration(duration)
+            values["retention_by_agent"] = by
+        if env.get("HELIX_RETENTION_SWEEP_SECONDS"):
+            values["retention_sweep_seconds"] = float(env["HELIX_RETENTION_SWEEP_SECONDS"])
+    except ValueError as exc:
+        raise ConfigError(f"A HELIX_RETENTION* value is not a duration: {exc}") from None
+    return values
+
+
+def _check_retention(values: list[float | None]) -> None:
+    if any(v is not None and not (0 <= v < float("inf")) for v in values):
+        raise ConfigError("a retention must be a finite number of seconds >= 0, or None")
 
 
 def _env_bool(value: str) -> bool:
@@ -236,6 +297,15 @@ class HelixSettings:
     """How long the decision record is kept by ``helix-dbos approvals --purge-decided``
     (``None``: for ever, unless the command names a period)."""
     """How often the deadline keeper looks for hibernated batches that are due (``0``: never)."""
+    retention_seconds: float | None = None
+    """How long an ended session tree is kept after its last write before the retention
+    sweeper deletes it, when its agent has no retention of its own (``None``: for ever, the
+    default: nothing is deleted unless the operator says so)."""
+    retention_by_agent: Mapping[str, float | None] = field(default_factory=dict)
+    """Per agent type: its sessions' retention (``None``: for ever), over the default."""
+    retention_sweep_seconds: float = 60.0
+    """How often the runtime's retention sweeper runs, when a retention is set (``0``: never;
+    ``helix-dbos prune`` still does)."""
     extra_dbos_config: Mapping[str, object] = field(default_factory=dict)
 
     def _check_periods(self) -> None:
@@ -274,6 +344,7 @@ class HelixSettings:
                 f"hibernate_after_seconds must be a finite number >= 0 or None (got {window})"
             )
         self._check_periods()
+        _check_retention([self.retention_seconds, *self.retention_by_agent.values()])
         if (
             self.store_max_state_bytes is not None
             and self.max_result_bytes > self.store_max_state_bytes
@@ -306,6 +377,7 @@ class HelixSettings:
             values["forward_versions"] = frozenset(
                 v.strip() for v in env["HELIX_FORWARD_VERSIONS"].split(",") if v.strip()
             )
+        values.update(_retention_values(env))
         if env.get("HELIX_RUN_MIGRATIONS"):
             values["run_migrations"] = _env_bool(env["HELIX_RUN_MIGRATIONS"])
         values.update(overrides)

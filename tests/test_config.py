@@ -37,17 +37,19 @@ def test_postgres_forms_map_to_psycopg(url: str) -> None:
     urls = parse_database_url(url)
     assert urls.dialect == "postgresql"
     assert not urls.is_sqlite
-    assert urls.user == "postgresql://alice:pw@db.internal:5432/app"
-    assert urls.sync == "postgresql+psycopg://alice:pw@db.internal:5432/app"
-    assert urls.async_ == "postgresql+psycopg://alice:pw@db.internal:5432/app"
-    assert urls.dbos == "postgresql://alice:pw@db.internal:5432/app"
+    # A URL that sets no connect timeout gets one (core/pg_url.py).
+    assert urls.user == "postgresql://alice:pw@db.internal:5432/app?connect_timeout=5"
+    assert urls.sync == "postgresql+psycopg://alice:pw@db.internal:5432/app?connect_timeout=5"
+    assert urls.async_ == "postgresql+psycopg://alice:pw@db.internal:5432/app?connect_timeout=5"
+    assert urls.dbos == "postgresql://alice:pw@db.internal:5432/app?connect_timeout=5"
 
 
 def test_postgres_query_string_is_kept() -> None:
     """Connection options such as sslmode survive the mapping."""
     urls = parse_database_url("postgres://h/app?sslmode=require&application_name=x")
-    assert urls.sync == "postgresql+psycopg://h/app?sslmode=require&application_name=x"
-    assert urls.dbos == "postgresql://h/app?sslmode=require&application_name=x"
+    query = "sslmode=require&application_name=x&connect_timeout=5"
+    assert urls.sync == f"postgresql+psycopg://h/app?{query}"
+    assert urls.dbos == f"postgresql://h/app?{query}"
 
 
 def test_sqlite_relative_path() -> None:
@@ -151,7 +153,7 @@ def test_from_env_reads_helix_variables() -> None:
     }
     s = HelixSettings.from_env(env)
     assert s.database_url == "postgres://u@db/app"
-    assert s.urls.sync == "postgresql+psycopg://u@db/app"
+    assert s.urls.sync == "postgresql+psycopg://u@db/app?connect_timeout=5"
     assert (s.app_name, s.executor_id, s.application_version) == (
         "support-bot",
         "worker-7",
@@ -257,3 +259,23 @@ def test_with_returns_a_validated_copy() -> None:
 def test_redact_url(url: str, shown: str) -> None:
     """redact_url hides only the password."""
     assert redact_url(url) == shown
+
+
+def test_retention_variables() -> None:
+    """HELIX_RETENTION and HELIX_RETENTION_BY_AGENT take durations; none is the default."""
+    assert HelixSettings().retention_seconds is None
+    s = HelixSettings.from_env(
+        {
+            "HELIX_RETENTION": "30d",
+            "HELIX_RETENTION_BY_AGENT": "support=12h, audit=never,chat=90",
+            "HELIX_RETENTION_SWEEP_SECONDS": "5",
+        }
+    )
+    assert s.retention_seconds == 30 * 86400
+    assert dict(s.retention_by_agent) == {"support": 43200.0, "audit": None, "chat": 90.0}
+    assert s.retention_sweep_seconds == 5.0
+    for bad in ({"HELIX_RETENTION": "soon"}, {"HELIX_RETENTION_BY_AGENT": "support"}):
+        with pytest.raises(ConfigError, match="HELIX_RETENTION"):
+            HelixSettings.from_env(bad)
+    with pytest.raises(ConfigError, match="retention"):
+        HelixSettings(retention_seconds=-1)

@@ -142,6 +142,7 @@ EXPORTS: dict[str, list[str]] = {
         "HelixSettings",
         "generate_executor_id",
         "parse_database_url",
+        "parse_duration",
         "redact_url",
     ],
     "helix_dbos.llm": [

@@ -33,6 +33,7 @@ from .command import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from .control import FAIL_CALL, HEAL, INTERRUPT
 from .executors import EXECUTORS
 from .migrate import MIGRATE
+from .prune import PRUNE
 from .serve import SERVE
 from .serve import worker_app as worker_app
 from .sessions import CHECKPOINTS, INSPECT, SESSIONS
@@ -62,6 +63,7 @@ for _command in (
     HEAL,
     CHECKPOINTS,
     APPROVALS,
+    PRUNE,
 ):
     register(_command)
 

@@ -153,8 +153,12 @@ def _with_fields(exc: HelixError) -> HelixError:
 
 
 def _answer(request: Request, exc: HelixError) -> JSONResponse:
-    """``error_response(exc)`` (a refused body names its fields), and the cause of a 400 in
-    the log."""
+    """``error_response(exc)`` (a refused body names its fields), and the cause of a 400 (or
+    the store's outage) in the log."""
+    if isinstance(exc, StoreUnavailableError):
+        # The store waited out a transient fault as long as its caller's patience allows:
+        # the same line as a fault met here (``store_unavailable``).
+        store_unavailable(request, exc.__cause__ or exc)
     response = error_response(_with_fields(exc))
     if response.status_code == 400:
         # The findings: InvalidResultError keeps pydantic's issues; a body that failed its

@@ -12,6 +12,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "EVENTS_CHANNEL",
+    "ENDED_ROOT",
+    "ENDED_ROOTS_INDEX",
     "HIBERNATED_DUE",
     "HIBERNATED_DUE_INDEX",
     "HIBERNATED_ROW",
@@ -60,6 +62,10 @@ LIVE_ROW = {
     "sqlite": "status IN ('running', 'suspended_client_tool') "
     "AND json_extract(metadata, '$.hibernated') IS NULL",
 }
+#: Revision 0013's partial index on ``(updated_at, session_id)`` of the ended roots: its
+#: predicate, which the retention sweeper's page repeats verbatim (``store/retention.py``).
+ENDED_ROOTS_INDEX = "ix___agents_states_ended_roots_updated_at"
+ENDED_ROOT = "status IN ('completed', 'failed', 'interrupted') AND session_id = root_session_id"
 
 metadata = sa.MetaData(
     naming_convention={
@@ -104,6 +110,8 @@ states = sa.Table(
     sa.Column("tenant", sa.Text, nullable=True),
     sa.Index("ix___agents_states_root_session_id", "root_session_id"),
     sa.Index("ix___agents_states_updated_at", "updated_at"),
+    # 0014: the reconciler's lookup of the sessions of a page of PENDING workflows.
+    sa.Index("ix___agents_states_workflow_id", "workflow_id"),
 )
 
 messages = sa.Table(

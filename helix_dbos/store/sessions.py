@@ -144,7 +144,13 @@ async def settled_before(
     else:
         query = query.where(states.c.status.not_in(_ACTIVE_STATUSES))
     if workflow_ids is not None:
+        # Revision 0014's index: a lookup per id. No ORDER BY ... LIMIT here: with one, the
+        # planner may walk ``updated_at`` through every session (hibernated ones included)
+        # for the few that match; the page of ids bounds the rows instead, sorted below.
         query = query.where(states.c.workflow_id.in_(list(workflow_ids)))
+        async with db.read(conn) as c:
+            rows = sorted((await c.execute(query)).all(), key=lambda r: r.updated_at)
+        return [session_row.decode(r._mapping) for r in rows[:limit]]
     query = query.order_by(states.c.updated_at).limit(limit)
     async with db.read(conn) as c:
         return [session_row.decode(r._mapping) for r in (await c.execute(query)).all()]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psycopg
 
-__all__ = ["PrivateCluster", "find_pg_bin", "pg_available"]
+__all__ = ["PRIMARY_CONF", "PrivateCluster", "find_pg_bin", "pg_available", "standby_of"]
 
 
 def find_pg_bin() -> Path | None:
@@ -164,6 +164,25 @@ class PrivateCluster:
                 raise TimeoutError(f"the private cluster on port {self.port} did not start")
             time.sleep(0.1)
 
+    def wait_streaming(self, primary: PrivateCluster, timeout: float = 60.0) -> None:
+        """Block until ``primary`` reports this standby streaming as its synchronous one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with psycopg.connect(primary.admin_url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT state, sync_state FROM pg_stat_replication"
+                    " WHERE application_name = 'standby1'"
+                ).fetchone()
+            if row == ("streaming", "sync"):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the standby is not streaming in sync: {row}")
+            time.sleep(0.1)
+
+    def promote(self) -> None:
+        """``pg_ctl promote``: a standby becomes a primary that accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
+
     # -- databases -----------------------------------------------------------------------
 
     def create_database(self) -> str:
@@ -190,3 +209,53 @@ class PrivateCluster:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             row = conn.execute(sql, params).fetchone()
         return int(row[0]) if row else 0
+
+
+#: A primary that streams to one synchronous standby (``PrivateCluster.standby``): a commit
+#: returns once the standby has flushed it, so a promotion loses no acknowledged commit.
+PRIMARY_CONF = (
+    "wal_level = replica\n"
+    "max_wal_senders = 5\n"
+    "hot_standby = on\n"
+    "synchronous_standby_names = 'standby1'\n"
+    "synchronous_commit = on\n"
+    "wal_keep_size = 256MB\n"
+)
+
+
+@contextlib.contextmanager
+def standby_of(primary: PrivateCluster) -> Iterator[PrivateCluster]:
+    """A streaming standby of ``primary`` (``pg_basebackup -R``), named ``standby1`` in its
+    ``primary_conninfo`` (the primary's ``synchronous_standby_names``), started and caught
+    up; always stopped and removed."""
+    root = Path(tempfile.mkdtemp(prefix="helix-pg-standby-"))
+    standby = PrivateCluster(root, primary.bin_dir, _free_port(), primary.run_as)
+    try:
+        if standby.run_as is not None:
+            entry = pwd.getpwnam(standby.run_as)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+        # pg_basebackup sits beside the real pg_ctl (a PATH may link only initdb and pg_ctl).
+        standby.bin_dir = Path(os.path.realpath(primary.bin_dir / "pg_ctl")).parent
+        standby._run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(standby.data), "-R", "-X", "stream", "--no-sync",
+        )  # fmt: skip
+        # postgresql.auto.conf: read last, where -R wrote its own primary_conninfo.
+        with open(standby.data / "postgresql.auto.conf", "a") as conf:
+            conf.write(
+                "\n# the standby\n"
+                f"port = {standby.port}\n"
+                # Promoted, it has no standby of its own: waiting for one (the primary's
+                # setting, copied by the backup) would hang every commit for ever.
+                "synchronous_standby_names = ''\n"
+                f"unix_socket_directories = '{root}'\n"
+                "primary_conninfo = 'host=127.0.0.1 "
+                f"port={primary.port} user=postgres application_name=standby1'\n"
+            )
+        standby.start()
+        standby.wait_streaming(primary)
+        yield standby
+    finally:
+        with contextlib.suppress(Exception):
+            standby.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)

@@ -41,6 +41,8 @@ TIMEOUT, FAST = 30.0, 2.0
 HIBERNATION = {"hibernated-sessions", "hibernated-due"}
 #: Run on real companions by tests/runtime/test_companion_lifecycle.py.
 COMPANIONS = {"companions"}
+#: Run before and after a retention sweep by tests/runtime/test_retention.py.
+SIZES = {"table-sizes", "oldest-rows"}
 #: Run on real decisions by tests/runtime/test_approval_policies.py.
 DECISIONS = {"decisions-this-month"}
 
@@ -220,7 +222,7 @@ async def test_every_runbook_statement_on_real_turns(
     assert book.run("approval-inbox-tenant", **{"your-tenant": "acme"}) == []
 
     sql_blocks = {n for n, (lang, _) in book.blocks.items() if lang == "sql"}
-    assert book.ran | HIBERNATION | COMPANIONS | DECISIONS == sql_blocks
+    assert book.ran | HIBERNATION | COMPANIONS | SIZES | DECISIONS == sql_blocks
     await runtime.interrupt(parked.session_id)
     await runtime.interrupt(tree.session_id)
 

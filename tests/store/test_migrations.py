@@ -33,7 +33,12 @@ from helix_dbos.store.migrate import (
     script_location,
     upgrade,
 )
-from helix_dbos.store.schema import LIVE_UPDATED_INDEX, VERSION_TABLE, metadata
+from helix_dbos.store.schema import (
+    ENDED_ROOTS_INDEX,
+    LIVE_UPDATED_INDEX,
+    VERSION_TABLE,
+    metadata,
+)
 from helix_dbos.store.store import SessionStore
 from tests.processes import reaped
 
@@ -50,6 +55,8 @@ REVISIONS = [
     "0010",
     "0011",
     "0012",
+    "0013",
+    "0014",
 ]
 OUR_TABLES = {
     "__agents_states",
@@ -108,9 +115,9 @@ def _only_ours(obj: Any, name: str | None, type_: str, reflected: bool, compare_
     if type_ == "table":
         return bool(name and name.startswith("__agents_")) and name != VERSION_TABLE
     # Partial indexes on JSON expressions, which a Table cannot declare on both dialects
-    # alike: revisions 0010 and 0011 create them, and tests/store/test_hibernated.py checks
-    # that each exists and that its query uses it.
-    return not (type_ == "index" and name in (DUE_INDEX, LIVE_UPDATED_INDEX))
+    # alike: revisions 0010, 0011 and 0013 create them, and tests/store/test_hibernated.py
+    # and tests/store/test_retention.py check that each exists and that its query uses it.
+    return not (type_ == "index" and name in (DUE_INDEX, LIVE_UPDATED_INDEX, ENDED_ROOTS_INDEX))
 
 
 def drift(url: str, target: sa.MetaData = metadata) -> list[Any]:

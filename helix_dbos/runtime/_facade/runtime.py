@@ -31,6 +31,7 @@ from ...observability.log import log_event, set_service_name
 from ...store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage
 from ...store.connection import IntegrityError
 from ...store.migrate import head_revision, require_current_schema, upgrade
+from ...store.retention import Retention, RetentionSweeper
 from ...store.store import SessionStore
 from .. import _context as context
 from .. import names, records
@@ -140,6 +141,11 @@ async def _launch(rt: AgentRuntime) -> None:
     log_started(rt.startup)
     rt._keeper = DeadlineKeeper(ctx, s.deadline_keeper_seconds)
     rt._keeper.start()
+    persistent_agents = frozenset(a.name for a in rt.registry if a.persistent)
+    retention = Retention(s.retention_seconds, dict(s.retention_by_agent), persistent_agents)
+    schema = str(s.extra_dbos_config.get("dbos_system_schema", "dbos"))
+    rt._sweeper = RetentionSweeper(store, retention, s.retention_sweep_seconds, schema)
+    rt._sweeper.start()
     if s.heal_interval_seconds > 0:
         rt._healing = asyncio.Event()
         rt._healer = asyncio.create_task(
@@ -185,6 +191,9 @@ async def _stop_background(rt: AgentRuntime) -> None:
     if rt._keeper is not None:
         await rt._keeper.stop()
         rt._keeper = None
+    if rt._sweeper is not None:
+        await rt._sweeper.stop()
+        rt._sweeper = None
     await rt.notifications.stop()
 
 
@@ -419,6 +428,7 @@ class AgentRuntime(NotificationHooks):
         self._ctx: context.RuntimeContext | None = None
         self._healer: asyncio.Task[None] | None = None
         self._keeper: DeadlineKeeper | None = None
+        self._sweeper: RetentionSweeper | None = None
         self._healing = asyncio.Event()
         self._started: dict[str, Any] = {}
         """Turn workflows started by this process: workflow id -> its in-process future."""
