@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 import bulk_park  # noqa: E402
 from hibernation_served import deadline_phase, serve, stop, until_served  # noqa: E402
 
-from helix_dbos.store.hibernated import _CLAIM_BATCHES  # noqa: E402
+from helix_dbos.store._sql.postgres import CLAIM_DUE_BATCHES  # noqa: E402
 from helix_dbos.store.migrate import upgrade  # noqa: E402
 from tests.faults.pgcluster import PrivateCluster  # noqa: E402
 
@@ -67,7 +67,7 @@ def downgrade(url: str, revision: str) -> None:
 
 def explain_claim(url: str) -> list[str]:
     """The keeper's claim, planned and run on the loaded database (rolled back)."""
-    sql = "EXPLAIN (ANALYZE, BUFFERS) " + _CLAIM_BATCHES.replace("RETURNING", "RETURNING")
+    sql = "EXPLAIN (ANALYZE, BUFFERS) " + CLAIM_DUE_BATCHES.replace("RETURNING", "RETURNING")
     params = {"now": int(time.time() * 1000), "types": ["due", "cold", "hot"], "limit": 200,
               "until": int(time.time() * 1000) + 30_000}  # fmt: skip
     with psycopg.connect(url) as conn:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..config import HelixSettings
 from ..core.agents import AgentRegistry
-from ..store.store import SessionStore
+from ..store import SessionStore
 from ._handover import BatchJobs, Handovers
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..core.agents import DEFAULT_CLIENT_TOOL_TIMEOUT, AgentRegistry
 from ..core.clock import now_ms
-from ..store.pending_figures import pending_figures
+from ..store import read_pending_figures
 
 if TYPE_CHECKING:
     from ._facade.runtime import AgentRuntime
@@ -41,7 +41,7 @@ async def scrape(runtime: AgentRuntime) -> bytes:
         StoreUnavailableError: the database is unreachable (past the store's patience).
     """
     tools, longest = _suspending_tools(runtime.registry)
-    figures = await pending_figures(runtime.store, client_window_ms=int(longest * 1000))
+    figures = await read_pending_figures(runtime.store, client_window_ms=int(longest * 1000))
     # No await from here on: a concurrent scrape never reads gauges half set.
     runtime.metrics.set_pending(figures, now_ms(), tools)
     return runtime.metrics.exposition()

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ..core.approval_policy import Decider, Tally
 from ..core.session import PendingCall, SessionState
 from ..errors import RequestValidationError
 from .batch import DECISIONS, current_batch
+from .dialect import backend_of
 from .engine import joined
 from .schema import approval_decisions
 from .store import SessionStore
@@ -160,8 +159,7 @@ async def queue(rows: list[dict[str, Any]]) -> None:
     if batch is not None:
         batch.append(DECISIONS, [dict(r) for r in rows])
         return
-    dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
-    insert = dialect.insert(_d).on_conflict_do_nothing(index_elements=["decision_key"])
+    insert = backend_of(conn).insert(_d).on_conflict_do_nothing(index_elements=["decision_key"])
     await conn.execute(insert, [dict(r) for r in rows])
 
 

@@ -1,9 +1,17 @@
 """The store's one dispatch on the database: what Postgres and SQLite each do their own way.
 
-A store method that differs by dialect calls its ``Paths``, picked once per store
-(``paths_for``): Postgres's in ``pg_paths.py`` (the queued writes, the hot reads on the
-driver connection), SQLite's in ``sqlite_paths.py`` (SQLAlchemy Core, the write lock taken as
-a transaction opens). Every other statement is the same on both.
+Two objects per dialect, picked once when a store is made, and nowhere else:
+
+* its ``Backend`` (``backend_for``): the statements only that dialect speaks, by name, and
+  the few behaviours that differ (the fleet's clock, DBOS's table names, row locks, the
+  driver pools). Postgres's is ``_sql/postgres.py``, SQLite's ``_sql/sqlite.py``. A
+  function that is handed a connection and no store finds its backend with ``backend_of``;
+* its ``Paths`` (``paths_for``): the store's methods that differ. Postgres's in
+  ``pg_paths.py`` (the queued writes, the hot reads on the driver connection), SQLite's in
+  ``sqlite_paths.py`` (SQLAlchemy Core, the write lock taken as a transaction opens).
+
+Every other statement is the same on both, and no other module of the store asks which
+dialect it runs on.
 """
 
 from __future__ import annotations
@@ -13,19 +21,82 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState
+from ._sql.postgres import Postgres
+from ._sql.sqlite import SQLite
 from .batch import WriteBatch
-from .engine import POSTGRES, StoreEngine
+from .engine import StoreEngine
+from .pg import LeanPool
 from .pg_paths import PostgresPaths
 from .sqlite_paths import SQLitePaths
 
-__all__ = ["Paths", "paths_for"]
+__all__ = ["Backend", "Paths", "backend_for", "backend_of", "paths_for"]
 
 T = TypeVar("T")
+
+
+class Backend(Protocol):
+    """A dialect's statements and behaviours (``_sql/postgres.py``, ``_sql/sqlite.py``)."""
+
+    #: SQLAlchemy's name of the dialect (``postgresql``, ``sqlite``).
+    name: str
+    #: Whether writers lock rows (``FOR UPDATE``) rather than the whole database.
+    row_locks: bool
+    #: Revision 0011's predicate of a live row (``sessions.settled_before``).
+    live_row: str
+    #: Revision 0010's index: when a hibernated row's batch falls due, and which rows it holds.
+    hibernated_due: str
+    hibernated_row: str
+    #: One statement that claims a page of due batches, or ``None``: each row by its own
+    #: compare-and-swap (``hibernated.claim_due_batches``).
+    claim_due_batches: str | None
+    #: The pending client calls by tool, and where the lapsed approvals are counted from
+    #: (``pending_figures``); the settings its transaction runs first.
+    client_calls: str
+    lapsed_approvals_from: str
+    figures_plan: tuple[str, ...]
+    #: Appended to a SELECT that claims rows, skipping those another transaction holds.
+    skip_locked: str
+    #: The lock that serializes migrations, and its release; ``None`` without one.
+    migration_lock: str | None
+    migration_unlock: str | None
+    #: The query of the database's collation; ``None``: it orders bytes.
+    collation: str | None
+
+    def insert(self, table: sa.Table) -> Any:
+        """An INSERT on ``table`` that takes ``ON CONFLICT`` clauses."""
+
+    def now(self) -> Any:
+        """The fleet's clock, as a value or a SQL expression."""
+
+    def ago(self, seconds: float) -> Any:
+        """The fleet's clock ``seconds`` ago."""
+
+    def dbos_table(self, schema: str, table: str) -> str:
+        """One of DBOS's tables, as SQL."""
+
+    def lean_pool(self, engine: AsyncEngine) -> LeanPool | None:
+        """A pool of driver connections beside ``engine``'s, or ``None``."""
+
+    async def opened(self, conn: AsyncConnection) -> None:
+        """What a store transaction does as it opens on ``conn``."""
+
+
+_BACKENDS: dict[str, Backend] = {Postgres.name: Postgres(), SQLite.name: SQLite()}
+
+
+def backend_for(name: str) -> Backend:
+    """The backend of the dialect SQLAlchemy calls ``name``."""
+    return _BACKENDS[name]
+
+
+def backend_of(conn: AsyncConnection | sa.Connection) -> Backend:
+    """The backend of ``conn``'s database."""
+    return _BACKENDS[conn.dialect.name]
 
 
 class Paths(Protocol):
@@ -98,4 +169,10 @@ class Paths(Protocol):
 
 def paths_for(db: StoreEngine) -> Paths:
     """The paths of ``db``'s dialect."""
-    return PostgresPaths(db) if db.dialect == POSTGRES else SQLitePaths(db)
+    return _PATHS[db.backend.name](db)
+
+
+_PATHS: dict[str, Callable[[StoreEngine], Paths]] = {
+    Postgres.name: PostgresPaths,
+    SQLite.name: SQLitePaths,
+}

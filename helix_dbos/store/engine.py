@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..config import parse_database_url
 from . import pg, sqlite
 from .batch import STATES, settle
 
-__all__ = ["POSTGRES", "StoreEngine", "bind", "bound", "joined", "open_engine", "unbind"]
+if TYPE_CHECKING:
+    from .dialect import Backend
 
-#: The dialect name of Postgres (the other one the store runs on is ``sqlite``).
-POSTGRES = "postgresql"
+__all__ = ["StoreEngine", "bind", "bound", "joined", "open_engine", "unbind"]
 
 _bound: ContextVar[AsyncConnection | None] = ContextVar("helix_store_tx", default=None)
 
@@ -85,22 +85,19 @@ class StoreEngine:
 
     Args:
         engine: an async engine on the database that holds the ``__agents_*`` tables.
+        backend: its dialect's (``dialect.backend_for``).
     """
 
-    __slots__ = ("dialect", "engine", "lean", "lean_tx")
+    __slots__ = ("backend", "dialect", "engine", "lean", "lean_tx")
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, backend: Backend) -> None:
         self.engine = engine
-        self.dialect = engine.dialect.name
-        self.lean: pg.LeanPool | None = None
-        self.lean_tx: pg.LeanPool | None = None
-        if self.dialect == POSTGRES:
-            size = engine.pool.size() if isinstance(engine.pool, sa.pool.QueuePool) else 5
-            url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            self.lean = pg.LeanPool(url, size)
-            # Commits apart from reads: a stream's read cancelled by its leaving client closes
-            # its connection, and a commit must not be the one that opens the next.
-            self.lean_tx = pg.LeanPool(url, size)
+        self.backend = backend
+        self.dialect = backend.name
+        self.lean: pg.LeanPool | None = backend.lean_pool(engine)
+        # Commits apart from reads: a stream's read cancelled by its leaving client closes
+        # its connection, and a commit must not be the one that opens the next.
+        self.lean_tx: pg.LeanPool | None = backend.lean_pool(engine)
 
     async def close(self) -> None:
         """Close the lean pools' connections and dispose of the engine's."""
@@ -113,8 +110,7 @@ class StoreEngine:
     async def begin(self) -> AsyncIterator[AsyncConnection]:
         """A new transaction, committed when the block ends (rolled back if it raises)."""
         async with self.engine.begin() as conn:
-            if self.dialect != POSTGRES:
-                await sqlite.hold_writes(conn)  # what the body reads holds until it commits
+            await self.backend.opened(conn)  # SQLite: what the body reads holds until it commits
             yield conn
 
     @asynccontextmanager

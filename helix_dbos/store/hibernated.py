@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ..core.session import SessionState
 from . import row as session_row
-from .schema import HIBERNATED_DUE, HIBERNATED_DUE_INDEX, HIBERNATED_ROW, states
+from .schema import HIBERNATED_DUE_INDEX, states
 from .store import NoChange, SessionStore
 
 __all__ = [
@@ -31,19 +31,12 @@ __all__ = [
     "DueBatch",
     "claim_due",
     "claim_due_batches",
-    "due_expression",
     "due_sessions",
     "touched_hibernated",
 ]
 
 DUE_INDEX = HIBERNATED_DUE_INDEX
 """The partial expression index of revision 0010."""
-
-
-def due_expression(dialect: str) -> tuple[str, str]:
-    """The index's expression and predicate on ``dialect`` (the query repeats them verbatim,
-    so that the planner uses the index)."""
-    return HIBERNATED_DUE[dialect], HIBERNATED_ROW[dialect]
 
 
 async def due_sessions(
@@ -53,7 +46,8 @@ async def due_sessions(
     overdue first (a keeper continues only the agents its process runs)."""
     if not agent_types:
         return []
-    due, hibernated = due_expression(store.dialect)
+    # The index's expression and predicate, verbatim: the planner then uses the index.
+    due, hibernated = store.backend.hibernated_due, store.backend.hibernated_row
     query = sa.text(
         f"SELECT session_id FROM __agents_states WHERE {hibernated} AND {due} <= :now "
         f"AND agent_type IN :types ORDER BY {due} LIMIT :limit"
@@ -79,35 +73,6 @@ async def claim_due(
 
     saved, claimed = await store.update([session_id], claim)
     return saved[session_id] if claimed else None
-
-
-#: Postgres: a page of due rows claimed in one statement. Rows another transaction holds (a
-#: second keeper's claim, a submit, a stop) are skipped, not waited for: two keepers claim
-#: disjoint pages, and a skipped row that is still due is read by the next pass. The claim
-#: moves the row's version on as any write does, so a writer that read it before fails its
-#: compare-and-swap and reads it again. ``{returning}``: the whole rows, or what a
-#: continuation's start needs (``DueBatch``).
-_CLAIM = """
-    WITH due AS (
-        SELECT session_id FROM __agents_states
-        WHERE {row} AND {due} <= %(now)s
-            AND agent_type = ANY(%(types)s)
-        ORDER BY {due}
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE __agents_states AS s
-    SET metadata = jsonb_set(s.metadata, '{{hibernated,dueAt}}', to_jsonb(%(until)s::bigint)),
-        version = s.version + 1, updated_at = now()
-    FROM due
-    WHERE s.session_id = due.session_id
-    RETURNING {returning}
-"""
-_CLAIM_BATCHES = _CLAIM.format(
-    row=HIBERNATED_ROW["postgresql"],
-    due=HIBERNATED_DUE["postgresql"],
-    returning="s.session_id, s.agent_type, s.root_session_id, s.run_id, s.metadata -> 'hibernated'",
-)
 
 
 class DueBatch(NamedTuple):
@@ -146,20 +111,21 @@ async def claim_due_batches(
     row's ``dueAt`` moves to ``now + lease_ms``; of each claimed row, what its continuation's
     start needs.
 
-    On Postgres one statement claims the page and returns five columns a row
-    (``_CLAIM_BATCHES``: nothing is decoded into a ``SessionState``); on SQLite each due row
+    On Postgres one statement claims the page and returns five columns a row (the backend's
+    ``claim_due_batches``: nothing is decoded into a ``SessionState``); on SQLite each due row
     is claimed by its own compare-and-swap (``_claim_each``).
     """
     if not agent_types:
         return []
-    if store.dialect != "postgresql":
+    claim = store.backend.claim_due_batches
+    if claim is None:
         return [
             DueBatch(s.session_id, s.agent_type, s.root_session_id, s.run_id, mark)
             for s in await _claim_each(store, now, lease_ms, limit, agent_types)
             if isinstance(mark := s.metadata.get("hibernated"), dict)
         ]
     rows = await store.write_statement(
-        _CLAIM_BATCHES,
+        claim,
         {"now": now, "types": list(agent_types), "limit": limit, "until": now + lease_ms},
     )
     return [DueBatch(*row) for row in rows]
@@ -171,11 +137,10 @@ async def touched_hibernated(
     """Hibernated sessions written between ``since`` and ``before`` (the reconciler looks
     for a complete batch nobody made due among them): a range of the ``updated_at`` index,
     so a pass reads the recently touched rows, not every hibernated one."""
-    _, hibernated = due_expression(store.dialect)
     query = (
         states.select()
         .where(states.c.updated_at >= since, states.c.updated_at < before)
-        .where(sa.text(hibernated))
+        .where(sa.text(store.backend.hibernated_row))
         .order_by(states.c.updated_at)
         .limit(limit)
     )

@@ -13,6 +13,7 @@ from alembic.util import CommandError as MigrationCommandError
 
 from ..config import parse_database_url
 from ..errors import ConfigError, SchemaNotCurrentError
+from .dialect import backend_of
 from .schema import VERSION_TABLE
 
 __all__ = [
@@ -69,18 +70,17 @@ def upgrade(database_url: str, revision: str = "head") -> str:
     engine = _engine(database_url)
     try:
         with engine.connect() as conn:
-            if conn.dialect.name == "postgresql":
+            backend = backend_of(conn)
+            if backend.migration_lock is not None:
                 # Two processes starting together: the second waits, then finds nothing to do.
-                conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK_KEY})
+                conn.execute(sa.text(backend.migration_lock), {"k": _ADVISORY_LOCK_KEY})
                 conn.commit()
             try:
                 command.upgrade(_config(conn), revision)
                 conn.commit()
             finally:
-                if conn.dialect.name == "postgresql":
-                    conn.execute(
-                        sa.text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK_KEY}
-                    )
+                if backend.migration_unlock is not None:
+                    conn.execute(sa.text(backend.migration_unlock), {"k": _ADVISORY_LOCK_KEY})
                     conn.commit()
             return _current(conn) or ""
     finally:

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from .batch import OUTBOX, current_batch, settle
+from .dialect import backend_of
 from .engine import joined
 from .schema import notifications
 from .store import SessionStore
@@ -98,8 +97,7 @@ async def queue(rows: Sequence[dict[str, Any]]) -> None:
     if batch is not None:
         batch.append(OUTBOX, [dict(r) for r in rows])
         return
-    dialect = pg_dialect if conn.dialect.name == "postgresql" else sqlite_dialect
-    insert = dialect.insert(_n).on_conflict_do_nothing(index_elements=["event_key"])
+    insert = backend_of(conn).insert(_n).on_conflict_do_nothing(index_elements=["event_key"])
     await conn.execute(insert, [{**r, "attempts": 0, "state": QUEUED} for r in rows])
 
 

@@ -32,10 +32,8 @@ __all__ = ["CLOCK_SLACK_MS", "pending_figures"]
 #: Added to the client window: the clocks of the processes that write rows may disagree.
 CLOCK_SLACK_MS = 60_000
 
-_LIVE = "('running', 'suspended_client_tool')"
-
-#: ``{lapsed_from}``: SQLite would walk the tool index for the lapsed ones' GROUP BY, reading
-#: every row; it is told to take the deadline index (Postgres takes it by itself).
+#: ``{lapsed_from}``: the backend's ``lapsed_approvals_from`` (SQLite is told which index to
+#: take). The client calls' part is the backend's ``client_calls`` (JSON differs).
 _APPROVALS = """
 SELECT 'approval' AS part, tool_name AS tool, count(*) AS n, CAST(NULL AS BIGINT) AS oldest
 FROM __agents_approvals
@@ -51,37 +49,6 @@ FROM __agents_approvals
 WHERE deadline_at > :now
 """
 
-_PG_CLIENT_CALLS = f"""
-SELECT 'client', p.value ->> 'toolName', count(*), CAST(NULL AS BIGINT)
-FROM __agents_states AS s, jsonb_each(s.pending_client_tool_calls) AS p
-WHERE s.updated_at >= :since
-    AND s.pending_client_tool_calls <> '{{}}'::jsonb
-    AND s.status IN {_LIVE}
-    AND p.value ->> 'kind' = 'client'
-    AND p.value ->> 'submittedAt' IS NULL
-    AND p.value ->> 'runId' = s.run_id
-    AND (p.value ->> 'deadlineAt')::bigint > :now
-GROUP BY p.value ->> 'toolName'
-"""
-
-_SQLITE_CLIENT_CALLS = f"""
-SELECT 'client', json_extract(p.value, '$.toolName'), count(*), CAST(NULL AS BIGINT)
-FROM __agents_states AS s, json_each(s.pending_client_tool_calls) AS p
-WHERE s.updated_at >= :since
-    AND s.pending_client_tool_calls <> '{{}}'
-    AND s.status IN {_LIVE}
-    AND json_extract(p.value, '$.kind') = 'client'
-    AND json_extract(p.value, '$.submittedAt') IS NULL
-    AND json_extract(p.value, '$.runId') = s.run_id
-    AND json_extract(p.value, '$.deadlineAt') > :now
-GROUP BY json_extract(p.value, '$.toolName')
-"""
-
-#: Postgres plans the approvals' count as a parallel scan of the table (its rows hold the
-#: arguments: several times the index's pages); the index alone answers it. And a statement
-#: this cheap gains nothing from JIT compilation, which costs more than the query.
-_PG_PLAN = ("SET LOCAL enable_seqscan = off", "SET LOCAL jit = off")
-
 
 async def pending_figures(store: SessionStore, client_window_ms: int) -> PendingFigures:
     """The unanswered approvals and client calls before their deadlines, counted by tool, and
@@ -93,20 +60,14 @@ async def pending_figures(store: SessionStore, client_window_ms: int) -> Pending
     """
     now = now_ms()
     since = datetime.fromtimestamp((now - client_window_ms - CLOCK_SLACK_MS) / 1000, UTC)
-    postgres = store.dialect == "postgresql"
-    clients = _PG_CLIENT_CALLS if postgres else _SQLITE_CLIENT_CALLS
-    approvals_part = _APPROVALS.format(
-        lapsed_from="__agents_approvals"
-        if postgres
-        else "__agents_approvals INDEXED BY ix___agents_approvals_deadline"
-    )
-    query = sa.text(f"{approvals_part} UNION ALL {clients}").bindparams(
+    backend = store.backend
+    approvals_part = _APPROVALS.format(lapsed_from=backend.lapsed_approvals_from)
+    query = sa.text(f"{approvals_part} UNION ALL {backend.client_calls}").bindparams(
         sa.bindparam("since", since, type_=sa.DateTime(timezone=True)), now=now
     )
     async with store.transaction() as conn:
-        if postgres:
-            for setting in _PG_PLAN:
-                await conn.execute(sa.text(setting))
+        for setting in backend.figures_plan:
+            await conn.execute(sa.text(setting))
         rows = (await conn.execute(query)).all()
     approvals: dict[str, int] = {}
     clients_by_tool: dict[str, int] = {}

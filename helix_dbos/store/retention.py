@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..observability.log import log_event
+from .dialect import backend_of
 from .engine import joined
 from .schema import ENDED_ROOT, states
 from .store import SessionStore
@@ -105,10 +106,6 @@ class SweepResult:
             self.rows[table] = self.rows.get(table, 0) + n
 
 
-def _dbos(dialect: str, schema: str, table: str) -> str:
-    return f"{schema}.{table}" if dialect == "postgresql" else table
-
-
 def _cutoff_clause(retention: Retention, now: datetime) -> tuple[str, dict[str, Any]] | None:
     """``updated_at`` past the agent's cutoff, as SQL with its parameters; ``None`` when no
     agent type may be deleted."""
@@ -131,11 +128,10 @@ def _cutoff_clause(retention: Retention, now: datetime) -> tuple[str, dict[str, 
 
 
 async def _collation_is_bytewise(conn: AsyncConnection) -> bool:
-    if conn.dialect.name != "postgresql":
+    query = backend_of(conn).collation
+    if query is None:
         return True
-    collation = await conn.scalar(
-        sa.text("SELECT datcollate FROM pg_database WHERE datname = current_database()")
-    )
+    collation = await conn.scalar(sa.text(query))
     return str(collation).lower() in _C_COLLATIONS
 
 
@@ -162,7 +158,7 @@ async def _candidate_roots(
     if persistent:
         skip = " AND agent_type NOT IN :persistent"
         params["persistent"] = persistent
-    lock = " FOR UPDATE SKIP LOCKED" if conn.dialect.name == "postgresql" else ""
+    lock = backend_of(conn).skip_locked
     query = sa.text(
         f"SELECT session_id, updated_at FROM __agents_states WHERE {ENDED_ROOT}"
         f" AND {where}{skip}"
@@ -196,7 +192,7 @@ async def _trees(conn: AsyncConnection, roots: Sequence[str]) -> dict[str, list[
         c.session_id, c.root_session_id, c.agent_type, c.status, c.updated_at, c.metadata,
         c.completed_client_tool_calls,
     ).where(c.root_session_id.in_(list(roots)))  # fmt: skip
-    if conn.dialect.name == "postgresql":
+    if backend_of(conn).row_locks:
         query = query.with_for_update()
     trees: dict[str, list[dict[str, Any]]] = {root: [] for root in roots}
     for r in await conn.execute(query):
@@ -210,7 +206,7 @@ async def _workflows(
     conn: AsyncConnection, schema: str, session_ids: Iterable[str], bytewise: bool
 ) -> dict[str, list[tuple[str, str, str]]]:
     """DBOS's workflows of each session (``helix:<session>:...``): (id, status, name)."""
-    table = _dbos(conn.dialect.name, schema, "workflow_status")
+    table = backend_of(conn).dbos_table(schema, "workflow_status")
     found: dict[str, list[tuple[str, str, str]]] = {}
     for sid in session_ids:
         lo = f"helix:{sid}:"
@@ -271,7 +267,7 @@ def _keeps(
 async def _delete(
     conn: AsyncConnection, schema: str, session_ids: list[str], workflow_ids: list[str]
 ) -> dict[str, int]:
-    dialect = conn.dialect.name
+    backend = backend_of(conn)
     counts: dict[str, int] = {}
 
     async def run(table: str, column: str, ids: list[str]) -> None:
@@ -290,7 +286,7 @@ async def _delete(
     # DBOS's own delete (SystemDatabase._delete_workflows): the payload tables, then the
     # status row, whose delete cascades to notifications, events and streams.
     for table in ("workflow_input", "workflow_output", "operation_outputs", "workflow_status"):
-        await run(_dbos(dialect, schema, table), "workflow_uuid", workflow_ids)
+        await run(backend.dbos_table(schema, table), "workflow_uuid", workflow_ids)
     await run("__agents_adoptions", "workflow_id", workflow_ids)
     for table in (
         "__agents_messages",

@@ -22,7 +22,7 @@ from .batch import STATE_COLUMNS, current_batch
 from .checkpoints import pointer_for
 from .engine import StoreEngine
 from .limits import check_size
-from .schema import LIVE_ROW, states
+from .schema import states
 
 __all__ = ["create", "descendants", "recent", "save", "settled_before"]
 
@@ -140,7 +140,7 @@ async def settled_before(
     query = states.select().where(states.c.updated_at < cutoff)
     if active:
         # Revision 0011's predicate, verbatim: the page is read off its partial index.
-        query = query.where(sa.text(LIVE_ROW[db.dialect]))
+        query = query.where(sa.text(db.backend.live_row))
     else:
         query = query.where(states.c.status.not_in(_ACTIVE_STATUSES))
     if workflow_ids is not None:

@@ -34,8 +34,10 @@ from ..core.session import SessionState
 from ..errors import SessionNotFoundError
 from . import checkpoints, conversation, events, sessions, swap, unit, usage
 from .batch import WriteBatch
-from .dialect import paths_for
+from .dbos_tables import DbosTables
+from .dialect import backend_for, paths_for
 from .engine import StoreEngine, bound, open_engine
+from .fleet_tables import FleetTables
 from .swap import Fenced, NoChange, guard
 from .transact import (
     OWNERSHIP_ATTEMPTS,
@@ -77,8 +79,14 @@ class SessionStore:
         self.engine = engine
         self.max_state_bytes = max_state_bytes
         self.dialect = engine.dialect.name
-        self._db = StoreEngine(engine)
+        self.backend = backend_for(self.dialect)
+        """The dialect's statements and behaviours, picked once (``dialect.Backend``)."""
+        self._db = StoreEngine(engine, self.backend)
         self._paths = paths_for(self._db)
+        self.fleet = FleetTables(self.backend)
+        """The fleet's tables (``fleet_tables.py``), in a ``reading`` or ``writing`` block."""
+        self.dbos = DbosTables(self.backend, self._db)
+        """DBOS's tables as the fleet and the launch read them (``dbos_tables.py``)."""
         self.on_events: events.EventsCommitted | None = None
         """Called with the sessions whose events a ``transact`` wrote, once it committed
         (Postgres): the runtime wakes its own streams of them at once (``EventSignals``)."""

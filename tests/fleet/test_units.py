@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from helix_dbos.config import HelixSettings
 from helix_dbos.runtime._facade.event_signals import EventSignals
 from helix_dbos.runtime._operations.fleet import Fleet, list_executors
-from helix_dbos.store import fleet_tables
+from helix_dbos.store import reuse_event
 from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import executors
 from helix_dbos.store.store import SessionStore
@@ -48,13 +48,13 @@ async def test_racing_claims_have_one_winner(pg_url: str) -> None:
 
         async def claim(me: str) -> bool:
             async with store.writing():
-                return await fleet_tables.claim("postgresql", "dead", "v1", me, 15.0)
+                return await store.fleet.claim("dead", "v1", me, 15.0)
 
         wins = await asyncio.gather(*(claim(f"s{i}") for i in range(8)))
         assert sum(wins) == 1
         async with store.writing():
             # s3 is live
-            assert not await fleet_tables.claim("postgresql", "s3", "v1", "s4", 15.0)
+            assert not await store.fleet.claim("s3", "v1", "s4", 15.0)
         found = {e.executor_id: e for e in await list_executors(store, 15.0, include_gone=True)}
         assert found["dead"].state == "adopted"
         assert found["dead"].adopted_by == f"s{wins.index(True)}"
@@ -71,7 +71,7 @@ async def test_a_stopped_executor_is_adoptable_at_once(pg_url: str) -> None:
         await gone.register()
         await gone.stop()
         async with store.writing():
-            assert await fleet_tables.claim("postgresql", "gone", "v1", "me", 15.0)
+            assert await store.fleet.claim("gone", "v1", "me", 15.0)
     finally:
         await store.close()
 
@@ -224,8 +224,8 @@ def test_a_restart_on_this_host_is_not_a_reused_id() -> None:
         text=True,
     )
     here = socket.gethostname()
-    assert fleet_tables.reuse_event(int(gone.stdout), here) == "fleet.executor_restarted"
-    assert fleet_tables.reuse_event(os.getpid(), here) == "fleet.executor_id_reused"
-    assert fleet_tables.reuse_event(int(gone.stdout), "elsewhere") == "fleet.executor_id_reused"
-    assert fleet_tables.reuse_event(None, None) == "fleet.executor_id_reused"
+    assert reuse_event(int(gone.stdout), here) == "fleet.executor_restarted"
+    assert reuse_event(os.getpid(), here) == "fleet.executor_id_reused"
+    assert reuse_event(int(gone.stdout), "elsewhere") == "fleet.executor_id_reused"
+    assert reuse_event(None, None) == "fleet.executor_id_reused"
     assert EVENT_LEVELS["fleet.executor_restarted"] == logging.INFO

@@ -17,12 +17,11 @@ from helix_dbos.store.hibernated import (
     DueBatch,
     claim_due,
     claim_due_batches,
-    due_expression,
     due_sessions,
     touched_hibernated,
 )
 from helix_dbos.store.migrate import upgrade
-from helix_dbos.store.schema import LIVE_ROW, LIVE_UPDATED_INDEX
+from helix_dbos.store.schema import LIVE_UPDATED_INDEX
 from helix_dbos.store.store import SessionStore
 
 
@@ -123,7 +122,7 @@ async def test_a_page_of_due_batches_is_claimed_once_by_two_keepers(
 async def test_revision_0010_creates_the_index_the_query_uses(db_url: str) -> None:
     store = await _store(db_url)
     try:
-        due, hibernated = due_expression(store.dialect)
+        due, hibernated = store.backend.hibernated_due, store.backend.hibernated_row
         async with store.engine.connect() as conn:
             if store.dialect == "postgresql":
                 found = await conn.scalar(
@@ -165,7 +164,7 @@ async def test_revision_0011_creates_the_index_the_reconcilers_page_uses(db_url:
     holds no hibernated row (before it, the page walked every hibernated session)."""
     store = await _store(db_url)
     try:
-        live = LIVE_ROW[store.dialect]
+        live = store.backend.live_row
         query = (
             f"SELECT session_id FROM __agents_states WHERE updated_at < :cutoff AND {live} "
             "ORDER BY updated_at LIMIT 10"

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from helix_dbos.core.session import CallKind, PendingCall, SessionState, SessionStatus
 from helix_dbos.observability.approval_metrics import PendingFigures
 from helix_dbos.store import pending_figures as figures_module
+from helix_dbos.store._sql.postgres import Postgres
+from helix_dbos.store._sql.sqlite import SQLite
 from helix_dbos.store.pending_figures import pending_figures
 from helix_dbos.store.store import SessionStore
 
@@ -131,12 +133,12 @@ async def test_on_postgres_the_figures_read_indexes_only(migrated_pg_url: str) -
     the deadline index, the oldest from the age index; the client calls from the rows the
     updated_at index finds: no scan of either table."""
     since = "now() - interval '6 minutes'"
-    approvals = figures_module._APPROVALS.format(lapsed_from="__agents_approvals")
-    statement = f"{approvals} UNION ALL {figures_module._PG_CLIENT_CALLS}".replace(
-        ":since", since
-    ).replace(":now", "0")
+    approvals = figures_module._APPROVALS.format(lapsed_from=Postgres.lapsed_approvals_from)
+    statement = f"{approvals} UNION ALL {Postgres.client_calls}".replace(":since", since).replace(
+        ":now", "0"
+    )
     with psycopg.connect(migrated_pg_url) as conn:
-        for setting in figures_module._PG_PLAN:
+        for setting in Postgres.figures_plan:
             conn.execute(setting)
         plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {statement}").fetchall())
     assert "Index Only Scan using ix___agents_approvals_tool" in plan, plan
@@ -149,10 +151,8 @@ async def test_on_postgres_the_figures_read_indexes_only(migrated_pg_url: str) -
 def test_on_sqlite_the_figures_read_indexes_only(migrated_sqlite_url: str) -> None:
     """The same on SQLite: the covering tool index, the deadline index it is told to take,
     the age index, and the updated_at index; no table is scanned."""
-    approvals = figures_module._APPROVALS.format(
-        lapsed_from="__agents_approvals INDEXED BY ix___agents_approvals_deadline"
-    )
-    statement = f"{approvals} UNION ALL {figures_module._SQLITE_CLIENT_CALLS}"
+    approvals = figures_module._APPROVALS.format(lapsed_from=SQLite.lapsed_approvals_from)
+    statement = f"{approvals} UNION ALL {SQLite.client_calls}"
     with sqlite3.connect(migrated_sqlite_url.removeprefix("sqlite:///")) as conn:
         rows = conn.execute(f"EXPLAIN QUERY PLAN {statement}", {"now": 0, "since": ""})
         plan = "\n".join(str(row[3]) for row in rows)

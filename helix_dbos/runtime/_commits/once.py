@@ -26,8 +26,7 @@ from typing import Any, Final, Generic, ParamSpec, TypeVar
 from dbos import DBOS
 
 from ...core.session import SessionState
-from ...store.connection import IntegrityError
-from ...store.store import PENDING_CLEAR_ATTEMPTS, Fenced
+from ...store import PENDING_CLEAR_ATTEMPTS, Fenced, IntegrityError
 from .._context import current
 from ..records import FENCED_KEY, CheckpointKind, FencedResult
 

@@ -21,7 +21,7 @@ from ...core.owner import SessionOwner
 from ...core.pairing import not_executed_results
 from ...core.session import CallKind, PendingCall, SessionState
 from ...errors import AgentAlreadyRunningError, SessionNotFoundError
-from ...store.store import NoChange, SessionStore, guard
+from ...store import NoChange, SessionStore, guard
 from .. import names
 from .._context import current
 from .._handover import EntryInputs

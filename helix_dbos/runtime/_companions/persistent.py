@@ -44,8 +44,7 @@ from ...core.owner import SessionOwner
 from ...core.session import SessionState
 from ...errors import AgentAlreadyRunningError, HelixError
 from ...observability.log import log_event
-from ...store.connection import IntegrityError
-from ...store.store import NoChange, SessionStore, patience
+from ...store import IntegrityError, NoChange, SessionStore, patience
 from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES, open_turn
 from .._context import RuntimeContext, current, rooms, workflow_task

@@ -36,7 +36,7 @@ from ...core.owner import SessionOwner
 from ...core.session import SessionState
 from ...errors import AgentAlreadyRunningError, ErrorCode, HelixError
 from ...observability.log import log_event
-from ...store.store import Fenced, NoChange, guard
+from ...store import Fenced, NoChange, guard
 from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import RuntimeContext, current, rooms

@@ -21,7 +21,7 @@ from dbos import DBOS, SetWorkflowID
 from ...core.agents import Agent
 from ...errors import AgentAlreadyRunningError
 from ...observability.log import log_event
-from ...store.connection import IntegrityError
+from ...store import IntegrityError
 from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES, open_turn
 from .._context import current, rooms

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 
 from ...config import DatabaseUrls
 from ...observability.log import log_event
-from ...store.schema import EVENTS_CHANNEL
+from ...store import EVENTS_CHANNEL, listen
 
 __all__ = ["EventSignals"]
 
@@ -90,8 +90,6 @@ class EventSignals:
                     del self._waiters[session_id]
 
     async def _listen(self) -> None:
-        from ...store.pg import listen
-
         assert self._url is not None
         backoff = 0.1
         while True:

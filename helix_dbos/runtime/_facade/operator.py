@@ -22,9 +22,7 @@ from ...config import HelixSettings, parse_database_url
 from ...core.agents import AgentRegistry
 from ...core.approval_policy import Decider
 from ...core.session import SessionState, SubmitAnswer
-from ...store.listing import ListedSession, recent_sessions
-from ...store.migrate import require_current_schema
-from ...store.store import SessionStore
+from ...store import ListedSession, SessionStore, recent_sessions, require_current_schema
 from .._context import RuntimeContext
 from .._operations.control import stop_tree
 from .._operations.heal import Repair, heal

@@ -9,8 +9,7 @@ from typing import Any
 
 from ...core.clock import now_ms
 from ...core.session import PendingCall, SessionState
-from ...store.approvals import ApprovalPage, ApprovalQuery, list_approvals
-from ...store.store import SessionStore
+from ...store import ApprovalPage, ApprovalQuery, SessionStore, list_approvals
 from .._commits.opening import waiting_for
 from .._companions.sends import companion_views
 from .._context import RuntimeContext

@@ -28,11 +28,17 @@ from ...core.session import Continuation, SessionState, SubmitAnswer, batch_of, 
 from ...errors import AgentAlreadyRunningError, AgentNotResumableError, RequestValidationError
 from ...observability.approval_metrics import ApprovalMetrics, activate, deactivate
 from ...observability.log import log_event, set_service_name
-from ...store.approvals import APPROVALS_PAGE_DEFAULT, ApprovalPage
-from ...store.connection import IntegrityError
-from ...store.migrate import head_revision, require_current_schema, upgrade
-from ...store.retention import Retention, RetentionSweeper
-from ...store.store import SessionStore
+from ...store import (
+    APPROVALS_PAGE_DEFAULT,
+    ApprovalPage,
+    IntegrityError,
+    Retention,
+    RetentionSweeper,
+    SessionStore,
+    head_revision,
+    require_current_schema,
+    upgrade,
+)
 from .. import _context as context
 from .. import names, records
 from .._commits.opening import open_turn

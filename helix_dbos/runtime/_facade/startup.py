@@ -16,8 +16,7 @@ from ..._version import __version__
 from ...config import HelixSettings, redact_url
 from ...core.agents import AgentRegistry
 from ...observability.log import log_event
-from ...store import dbos_tables
-from ...store.store import SessionStore
+from ...store import SessionStore
 
 __all__ = ["StartupFacts", "count_recoverable", "log_started", "startup_facts"]
 
@@ -68,8 +67,8 @@ async def count_recoverable(store: SessionStore, settings: HelixSettings, schema
 
     ``0`` on a database where DBOS has not created its tables yet (a first launch).
     """
-    return await dbos_tables.count_recoverable(
-        store, schema, settings.executor_id, settings.application_version, settings.app_name
+    return await store.dbos.count_recoverable(
+        schema, settings.executor_id, settings.application_version, settings.app_name
     )
 
 

@@ -32,7 +32,7 @@ from dbos import error as dbos_error
 
 from ...core.session import SessionState
 from ...observability.log import log_event
-from ...store.store import patience
+from ...store import patience
 from .. import names
 from .._commits.once import recorded
 from .._context import RuntimeContext, current, rooms, workflow_task

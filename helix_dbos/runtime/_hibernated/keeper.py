@@ -18,8 +18,7 @@ import asyncio
 import contextlib
 
 from ...observability.log import log_event
-from ...store.hibernated import DueBatch, claim_due_batches
-from ...store.store import now_ms
+from ...store import DueBatch, claim_due_batches, now_ms
 from .._context import RuntimeContext
 from .continuation import start_marked
 

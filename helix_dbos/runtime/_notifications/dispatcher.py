@@ -25,9 +25,17 @@ from ...core.events import event
 from ...core.jitter import jitter
 from ...core.session import SessionState
 from ...observability.log import log_event
-from ...store import outbox
-from ...store.outbox import OutboxRow
-from ...store.store import SessionStore
+from ...store import (
+    OutboxRow,
+    SessionStore,
+    outbox_any_due,
+    outbox_claim,
+    outbox_deliver,
+    outbox_give_up,
+    outbox_purge,
+    outbox_retry,
+    outbox_skip,
+)
 from .._commits.opening import ACTIVE_STATUSES
 from .hooks import Notification
 
@@ -141,11 +149,11 @@ class Dispatcher:
         options = self.hooks.options
         at = now_ms()
         kinds = self.hooks.kinds | {"deadline_near"}  # a reminder is a stream event anyway
-        if not await outbox.any_due(self.store, now=at, kinds=kinds):
+        if not await outbox_any_due(self.store, now=at, kinds=kinds):
             return 0  # nothing due: no transaction at all
 
         async def body() -> tuple[list[OutboxRow], list[OutboxRow], int]:
-            rows = await outbox.claim(
+            rows = await outbox_claim(
                 now=at,
                 lease_until=at + int(options.lease * 1000),
                 kinds=kinds,
@@ -155,15 +163,15 @@ class Dispatcher:
             for row in rows:
                 if row.kind == "deadline_near" and row.attempts == 1:
                     if not await self._remind(row, at):
-                        await outbox.skip(self.store, row.id, at)
+                        await outbox_skip(self.store, row.id, at)
                         continue
                     reminded.append(row)
                 elif await self._stale_escalation(row, at):
                     # An approval answered (or ended) before its escalation: nothing to tell.
-                    await outbox.skip(self.store, row.id, at)
+                    await outbox_skip(self.store, row.id, at)
                     continue
                 if not self.hooks.hooks_for(row.kind):
-                    await outbox.deliver(self.store, row.id, at)  # nobody to tell
+                    await outbox_deliver(self.store, row.id, at)  # nobody to tell
                     continue
                 to_deliver.append(row)
             return to_deliver, reminded, len(rows)
@@ -225,7 +233,7 @@ class Dispatcher:
         except Exception as exc:
             await self._failed(row, f"{type(exc).__name__}: {exc}"[:500])
             return
-        await outbox.deliver(self.store, row.id, now_ms())
+        await outbox_deliver(self.store, row.id, now_ms())
         log_event("notification.delivered", kind=row.kind, key=row.event_key, attempt=row.attempts)
 
     async def _call(self, hook: Hook, note: Notification) -> None:
@@ -247,12 +255,12 @@ class Dispatcher:
             "error": error,
         }
         if row.attempts >= options.max_attempts:
-            await outbox.give_up(self.store, row.id, now_ms(), error)
+            await outbox_give_up(self.store, row.id, now_ms(), error)
             log_event("notification.gave_up", **fields)
             return
         delay = min(options.retry_max_seconds, options.retry_base_seconds * 2 ** (row.attempts - 1))
         delay *= jitter.uniform(0.8, 1.0)  # processes that failed together retry apart
-        await outbox.retry(self.store, row.id, now_ms() + int(delay * 1000), error)
+        await outbox_retry(self.store, row.id, now_ms() + int(delay * 1000), error)
         log_event("notification.hook_failed", **fields, retryInSeconds=round(delay, 3))
 
     async def _purge(self) -> None:
@@ -260,4 +268,4 @@ class Dispatcher:
         if at - self._purged_at < PURGE_EVERY_SECONDS * 1000:
             return
         self._purged_at = at
-        await outbox.purge(self.store, at - int(self.hooks.options.retention_seconds * 1000))
+        await outbox_purge(self.store, at - int(self.hooks.options.retention_seconds * 1000))

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 from ...core.session import PendingCall, SessionState
-from ...store import outbox
+from ...store import outbox_queue
 from .. import names
 from .._commits.once import after_commit
 from .._context import current
@@ -53,7 +53,7 @@ async def write(rows: list[dict[str, Any]], *, in_commit: bool = True) -> None:
     next poll)."""
     if not rows:
         return
-    await outbox.queue(rows)
+    await outbox_queue(rows)
     if in_commit:
         after_commit(_wake)
 

@@ -15,7 +15,7 @@ from ...core.session import PendingCall, SessionState, batch_of, stop_pending, u
 from ...errors import AgentAlreadyRunningError, AgentNotResumableError
 from ...observability import approval_metrics, metrics
 from ...observability.log import log_event
-from ...store.store import NoChange, now_ms
+from ...store import NoChange, now_ms
 from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import RuntimeContext, rooms

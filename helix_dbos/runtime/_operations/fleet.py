@@ -38,8 +38,7 @@ from typing import Any
 from ...config import HelixSettings
 from ...core.jitter import jitter
 from ...observability.log import log_event
-from ...store import dbos_tables, fleet_tables
-from ...store.store import SessionStore
+from ...store import SessionStore, reuse_event
 from .. import names
 
 __all__ = [
@@ -98,13 +97,12 @@ async def list_executors(
 ) -> list[ExecutorInfo]:
     """The executors on the database, live ones first; with ``include_gone`` also those
     stopped or adopted (otherwise only live and dead-not-yet-adopted ones)."""
-    dialect = store.dialect
     pending: dict[str, int] = {}
-    for executor_id, _version, count in await dbos_tables.pending_groups_if_any(store, _TURNS):
+    for executor_id, _version, count in await store.dbos.pending_groups_if_any(_TURNS):
         pending[executor_id] = pending.get(executor_id, 0) + count
     async with store.reading():
-        live = await fleet_tables.live_executors(dialect, adopt_after_seconds)
-        rows = await fleet_tables.executor_rows()
+        live = await store.fleet.live_executors(adopt_after_seconds)
+        rows = await store.fleet.executor_rows()
     out = []
     for r in rows:
         if r["executor_id"] in live:
@@ -129,7 +127,7 @@ async def list_executors(
 
 async def pending_by_version(store: SessionStore) -> dict[str, int]:
     """PENDING turn workflows per application version."""
-    groups = await dbos_tables.pending_groups_if_any(store, _TURNS)
+    groups = await store.dbos.pending_groups_if_any(_TURNS)
     counts: dict[str, int] = {}
     for _executor, version, count in groups:
         counts[version] = counts.get(version, 0) + count
@@ -152,27 +150,22 @@ async def forward_stranded(
     executors of their version). Used by the fleet's sweep and by ``helix-dbos executors
     --forward``, for versions whose recorded turns ``to_version``'s contract replays.
     """
-    dialect = store.dialect
     moved: list[str] = []
     async with store.reading():
-        groups = await dbos_tables.pending_groups(dialect, schema, _TURNS)
-        live = await fleet_tables.live_executors(dialect, adopt_after_seconds)
+        groups = await store.dbos.pending_groups(schema, _TURNS)
+        live = await store.fleet.live_executors(adopt_after_seconds)
     if from_version in live.values():
         return []  # its own live processes adopt their dead peers' turns
     for executor_id, version, _count in groups:
         if version != from_version or executor_id in live:
             continue
         async with store.writing():
-            claimed = await fleet_tables.claim(
-                dialect, executor_id, version, me, adopt_after_seconds
-            )
+            claimed = await store.fleet.claim(executor_id, version, me, adopt_after_seconds)
             if claimed:
-                ids = await dbos_tables.relabel(dialect, schema, executor_id, version, to_version)
+                ids = await store.dbos.relabel(schema, executor_id, version, to_version)
                 if ids:
-                    await fleet_tables.record(
-                        ids, "forwarded", executor_id, version, me, to_version
-                    )
-                    await fleet_tables.hand_over(executor_id, to_version)
+                    await store.fleet.record(ids, "forwarded", executor_id, version, me, to_version)
+                    await store.fleet.hand_over(executor_id, to_version)
                 moved.extend(ids)
     return moved
 
@@ -185,7 +178,7 @@ async def adoption_history(
     if not ids:
         return []
     async with store.reading():
-        rows = await fleet_tables.adoptions_of(ids)
+        rows = await store.fleet.adoptions_of(ids)
     return [
         {
             "workflowId": r["workflow_id"],
@@ -231,30 +224,25 @@ class Fleet:
         self._lock = asyncio.Lock()
         self._first_sweep: asyncio.Future[int | None] | None = None
 
-    @property
-    def dialect(self) -> str:
-        return self.store.dialect
-
     # -- membership ---------------------------------------------------------------------------
 
     async def register(self) -> None:
         """Record this executor (live from now); a reused id of a live process is logged."""
-        dialect = self.dialect
         async with self.store.writing():
-            before = await fleet_tables.live_identity(
-                dialect, self.me, self.settings.adopt_after_seconds
+            before = await self.store.fleet.live_identity(
+                self.me, self.settings.adopt_after_seconds
             )
             if before is not None and before != (os.getpid(), socket.gethostname()):
                 # Two processes configured with one id (which DBOS cannot tell apart): say so
                 # loudly; a restart whose predecessor is gone from this host is only noted.
                 log_event(
-                    fleet_tables.reuse_event(*before),
+                    reuse_event(*before),
                     executorId=self.me,
                     previousPid=before[0],
                     previousHost=before[1],
                 )
-            await fleet_tables.upsert_executor(
-                dialect, self.me, self.version, socket.gethostname(), os.getpid()
+            await self.store.fleet.upsert_executor(
+                self.me, self.version, socket.gethostname(), os.getpid()
             )
         log_event("fleet.joined", executorId=self.me, applicationVersion=self.version)
 
@@ -297,7 +285,7 @@ class Fleet:
         """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
         await self.pause()
         async with self.store.writing():
-            await fleet_tables.mark_stopped(self.dialect, self.me)
+            await self.store.fleet.mark_stopped(self.me)
 
     async def _loop(self) -> None:
         period = self.settings.heartbeat_seconds
@@ -319,7 +307,7 @@ class Fleet:
     async def heartbeat(self) -> None:
         """Record that this process is alive (and notice if it was given up for dead)."""
         async with self.store.writing():
-            found, adopted_by = await fleet_tables.beat(self.dialect, self.me)
+            found, adopted_by = await self.store.fleet.beat(self.me)
         if not found:
             await self.register()
         elif adopted_by is not None:
@@ -327,7 +315,7 @@ class Fleet:
             # our turns: its runs own them now (DBOS fences our stale executions).
             log_event("fleet.executor_reclaimed", executorId=self.me, adoptedBy=adopted_by)
             async with self.store.writing():
-                await fleet_tables.clear_adoption(self.me)
+                await self.store.fleet.clear_adoption(self.me)
 
     # -- sweeping -----------------------------------------------------------------------------
 
@@ -335,11 +323,10 @@ class Fleet:
         """Adopt dead executors' turns, move replayable versions forward, report stranded
         ones; returns the workflow ids taken over by this process."""
         async with self._lock:
-            dialect = self.dialect
             after = self.settings.adopt_after_seconds
             async with self.store.reading():
-                groups = await dbos_tables.pending_groups(dialect, self.schema, _TURNS)
-                self._live = live = await fleet_tables.live_executors(dialect, after)
+                groups = await self.store.dbos.pending_groups(self.schema, _TURNS)
+                self._live = live = await self.store.fleet.live_executors(after)
             live_versions = set(live.values()) | {self.version}
             taken: list[str] = []
             stranded: dict[str, int] = {}
@@ -366,8 +353,7 @@ class Fleet:
         if not await self._runs_every_agent_of(executor_id):
             return []
         async with self.store.writing():
-            won = await fleet_tables.claim(
-                self.dialect,
+            won = await self.store.fleet.claim(
                 executor_id,
                 self.version,
                 self.me,
@@ -378,7 +364,7 @@ class Fleet:
         handles = await asyncio.to_thread(DBOS._recover_pending_workflows, [executor_id])
         ids = [h.get_workflow_id() for h in handles]
         async with self.store.writing():
-            await fleet_tables.record(
+            await self.store.fleet.record(
                 ids, "adopted", executor_id, self.version, self.me, self.version
             )
         if ids:
@@ -398,9 +384,7 @@ class Fleet:
         if self.agents is None:
             return True
         async with self.store.reading():
-            found = await dbos_tables.pending_agent_types(
-                self.dialect, self.schema, executor, _TURNS
-            )
+            found = await self.store.dbos.pending_agent_types(self.schema, executor, _TURNS)
         undefined = frozenset(found - self.agents)
         if undefined and self._skipped_reported.get(executor) != undefined:
             self._skipped_reported[executor] = undefined
@@ -442,7 +426,7 @@ class Fleet:
         if not workflow_ids:
             return set()
         async with self.store.reading():
-            return await dbos_tables.executors_of(self.dialect, self.schema, workflow_ids)
+            return await self.store.dbos.executors_of(self.schema, workflow_ids)
 
     def _report_stranded(self, stranded: dict[str, int]) -> None:
         for version, count in stranded.items():
@@ -468,10 +452,9 @@ class Fleet:
         one of a replayable version with no live process is moved forward now. The common
         case (the turn's executor is alive) costs one query.
         """
-        dialect = self.dialect
         # Reads only, in autocommit mode: a cross-process submit waits on this before it answers.
         async with self.store.reading():
-            row = await dbos_tables.session_turn(dialect, self.schema, session_id)
+            row = await self.store.dbos.session_turn(self.schema, session_id)
             if row is None or row[1] not in ("PENDING", "ENQUEUED"):
                 return True  # no turn, or it has ended: nothing is promised
             workflow_id, status, executor_id, version = row
@@ -480,7 +463,7 @@ class Fleet:
             live = self._live
             if executor_id not in live:
                 # Not live when the last sweep looked: ask again before acting on it.
-                live = await fleet_tables.live_executors(dialect, self.settings.adopt_after_seconds)
+                live = await self.store.fleet.live_executors(self.settings.adopt_after_seconds)
         if version == self.version:
             if status == "PENDING" and executor_id not in live:
                 await self.adopt(executor_id)

@@ -45,8 +45,7 @@ from ...core.events import event
 from ...core.session import SessionState, batch_of, is_batch_ready_at_last_submit, stop_pending
 from ...observability import approval_metrics
 from ...observability.log import log_event
-from ...store.hibernated import touched_hibernated
-from ...store.store import NoChange, now_ms, patience
+from ...store import NoChange, now_ms, patience, touched_hibernated
 from .. import names, records
 from .._commits.opening import ACTIVE_STATUSES
 from .._companions.persistent import start_persistent

@@ -49,8 +49,15 @@ from ...errors import (
     RequestValidationError,
     SessionNotFoundError,
 )
-from ...store.history import LogRow, conversation_at, list_checkpoints, load_rows, mark_rewound
-from ...store.store import PENDING_CLEAR_ATTEMPTS, SessionStore
+from ...store import (
+    PENDING_CLEAR_ATTEMPTS,
+    LogRow,
+    SessionStore,
+    conversation_at,
+    list_checkpoints,
+    load_rows,
+    mark_rewound,
+)
 from .. import names
 from .._commits.once import FENCED, exactly_once
 from .._commits.opening import ACTIVE_STATUSES

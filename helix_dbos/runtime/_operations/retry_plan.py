@@ -16,7 +16,7 @@ from ...core.messages import Message
 from ...core.pairing import not_executed_results, unpaired_tool_calls
 from ...core.session import SessionState
 from ...errors import RequestValidationError
-from ...store.history import LogRow
+from ...store import LogRow
 from .._turn.resolve import resolve_call
 from .._turn.steps import tool_result_message
 from ..records import STASH_KEY, ToolCallRef

@@ -27,8 +27,7 @@ from ...core.session import (
 from ...errors import ErrorCode, HelixError, RunSupersededError, SessionNotFoundError
 from ...observability import approval_metrics
 from ...observability.log import log_event
-from ...store import decisions
-from ...store.store import NoChange, RetryTransaction, now_ms
+from ...store import NoChange, RetryTransaction, decisions_answer_row, decisions_queue, now_ms
 from .. import names
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import RuntimeContext
@@ -305,7 +304,7 @@ class _StoreAndWake:
         tcid = self._sub.tool_call_id
         if verdict.tally is not None and verdict.decision is not None:
             # Who decided, on record in the answer's transaction (``store/decisions.py``).
-            row = decisions.answer_row(
+            row = decisions_answer_row(
                 owner,
                 owner.pending[tcid],
                 self._sub.decider or IN_PROCESS,
@@ -313,7 +312,7 @@ class _StoreAndWake:
                 verdict.decision,
                 verdict.at,
             )
-            await decisions.queue([row])
+            await decisions_queue([row])
         if verdict.outcome == "counted":
             entry = owner.pending[tcid]
             # The stream shows the quorum's progress, committed with the approval it counts.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...core.clock import now_ms
 from ...core.events import event
 from ...core.session import SessionState
-from ...store.store import guard
+from ...store import guard
 from .. import names
 from .._commits.once import commit_once
 from .._context import current

@@ -35,7 +35,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from ...core.agents import Agent
-from ...store.store import patience
+from ...store import patience
 from .. import names
 from .._commits.once import FENCED
 from .._context import current

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ...core.events import event
-from ...store.store import SessionStore
+from ...store import SessionStore
 
 __all__ = ["FLUSH_SECONDS", "DeltaStream"]
 

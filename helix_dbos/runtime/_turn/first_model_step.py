@@ -7,7 +7,7 @@ model is called and its answer committed once.
 
 from __future__ import annotations
 
-from ...store.store import patience
+from ...store import patience
 from .. import names
 from .._handover import EntryInputs, FirstStep, detached
 from ..records import FencedResult, ModelStepResult

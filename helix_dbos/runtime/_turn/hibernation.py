@@ -38,7 +38,7 @@ from typing import Any
 from ...core.agents import Agent
 from ...core.session import PendingCall, SessionState, batch_of
 from ...observability.log import log_event
-from ...store.store import Fenced, NoChange, guard, now_ms
+from ...store import Fenced, NoChange, guard, now_ms
 from .. import names
 from .._commits.once import commit_once, recorded
 from .._commits.opening import ACTIVE_STATUSES

@@ -31,9 +31,17 @@ from ...core.session import PendingCall, SessionState, Tombstone, args_digest, s
 from ...errors import HelixError, ProviderError, SessionNotFoundError, with_details
 from ...observability import approval_metrics, metrics
 from ...observability.log import log_event
-from ...store import decisions
-from ...store.faults import is_transient
-from ...store.store import OWNERSHIP_ATTEMPTS, Fenced, NoChange, RetryTransaction, guard, now_ms
+from ...store import (
+    OWNERSHIP_ATTEMPTS,
+    Fenced,
+    NoChange,
+    RetryTransaction,
+    decisions_expiry_row,
+    decisions_queue,
+    guard,
+    is_transient,
+    now_ms,
+)
 from .. import names
 from .._commits.once import FENCED, after_commit, commit_once, exactly_once
 from .._commits.opening import ACTIVE_STATUSES
@@ -588,7 +596,7 @@ async def commit_results(
         )
         saved = committed[session_id]
         # The expiries' policy outcomes, on the decision record with the commit.
-        await decisions.queue([decisions.expiry_row(saved, e, p, at) for e, p in settle.expired])
+        await decisions_queue([decisions_expiry_row(saved, e, p, at) for e, p in settle.expired])
     else:
         await ctx.store.update([session_id], _fence(session_id, run_id, plan, workflow_id, at))
         results = [given[item["toolCallId"]] for item in plan]

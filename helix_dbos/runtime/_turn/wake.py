@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import StaleStateError
 from ...observability.log import log_event
-from ...store import enlist as store_enlist
+from ...store import enlist_message
 from .._context import RuntimeContext
 from ..records import InboxMessage, TurnMessage
 
@@ -108,4 +108,4 @@ async def enlist(
     Raises:
         sqlalchemy.exc.IntegrityError: ``workflow_id`` does not exist (Postgres).
     """
-    await store_enlist.enlist(workflow_id, message, topic, key, ctx.client)
+    await enlist_message(workflow_id, message, topic, key, ctx.client)

@@ -42,7 +42,7 @@ from dbos import DBOS
 from ...core.agents import Agent
 from ...errors import HelixError
 from ...observability.log import log_event
-from ...store.store import patience
+from ...store import patience
 from .. import names
 from .._context import current, rooms, workflow_task
 from .._handover import EntryInputs, FirstStep, ParkedBatch, ResumeRead
