@@ -17,24 +17,26 @@ dialect it runs on.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..core.events import SessionEvent
 from ..core.messages import Message
 from ..core.session import SessionState
-from ._sql.postgres import Postgres
-from ._sql.sqlite import SQLite
+from . import pg, sqlite
+from ._sql import postgres as pg_sql
+from ._sql import sqlite as sqlite_sql
 from .batch import WriteBatch
 from .engine import StoreEngine
-from .pg import LeanPool
 from .pg_paths import PostgresPaths
 from .sqlite_paths import SQLitePaths
 
-__all__ = ["Backend", "Paths", "backend_for", "backend_of", "paths_for"]
+__all__ = ["Backend", "Paths", "Postgres", "SQLite", "backend_for", "backend_of", "paths_for"]
 
 T = TypeVar("T")
 
@@ -79,11 +81,105 @@ class Backend(Protocol):
     def dbos_table(self, schema: str, table: str) -> str:
         """One of DBOS's tables, as SQL."""
 
-    def lean_pool(self, engine: AsyncEngine) -> LeanPool | None:
+    def lean_pool(self, engine: AsyncEngine) -> pg.LeanPool | None:
         """A pool of driver connections beside ``engine``'s, or ``None``."""
 
     async def opened(self, conn: AsyncConnection) -> None:
         """What a store transaction does as it opens on ``conn``."""
+
+
+class Postgres:
+    """The store on Postgres: row locks (many writers at once), schemas (DBOS's tables are
+    ``<schema>.<table>``), one clock for the whole fleet (``clock_timestamp()``), JSONB, and
+    psycopg's driver pools beside SQLAlchemy's (``pg.LeanPool``). Its SQL: ``_sql/postgres.py``."""
+
+    __slots__ = ()
+
+    name = pg_sql.NAME
+    row_locks = True
+    live_row = pg_sql.LIVE_ROW
+    hibernated_due = pg_sql.HIBERNATED_DUE
+    hibernated_row = pg_sql.HIBERNATED_ROW
+    claim_due_batches: str | None = pg_sql.CLAIM_DUE_BATCHES
+    client_calls = pg_sql.CLIENT_CALLS
+    lapsed_approvals_from = pg_sql.LAPSED_APPROVALS_FROM
+    figures_plan: tuple[str, ...] = pg_sql.FIGURES_PLAN
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    migration_lock: str | None = pg_sql.MIGRATION_LOCK
+    migration_unlock: str | None = pg_sql.MIGRATION_UNLOCK
+    collation: str | None = pg_sql.COLLATION
+
+    @staticmethod
+    def insert(table: sa.Table) -> postgresql.Insert:
+        return postgresql.insert(table)
+
+    @staticmethod
+    def now() -> Any:
+        return sa.func.clock_timestamp()  # the database's: one clock for every host
+
+    @staticmethod
+    def ago(seconds: float) -> Any:
+        return sa.func.clock_timestamp() - timedelta(seconds=seconds)
+
+    @staticmethod
+    def dbos_table(schema: str, table: str) -> str:
+        return f"{schema}.{table}"
+
+    @staticmethod
+    def lean_pool(engine: AsyncEngine) -> pg.LeanPool | None:
+        size = engine.pool.size() if isinstance(engine.pool, sa.pool.QueuePool) else 5
+        url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return pg.LeanPool(url, size)
+
+    @staticmethod
+    async def opened(conn: AsyncConnection) -> None:
+        return None  # row locks hold what the transaction reads
+
+
+class SQLite:
+    """The store on SQLite: one writer at a time (no row locks, so nothing to skip or lock), no
+    schemas, one machine (its clock is this process's), JSON as text (``json_extract``), no
+    driver pools. Its SQL: ``_sql/sqlite.py``."""
+
+    __slots__ = ()
+
+    name = sqlite_sql.NAME
+    row_locks = False
+    live_row = sqlite_sql.LIVE_ROW
+    hibernated_due = sqlite_sql.HIBERNATED_DUE
+    hibernated_row = sqlite_sql.HIBERNATED_ROW
+    claim_due_batches: str | None = None
+    client_calls = sqlite_sql.CLIENT_CALLS
+    lapsed_approvals_from = sqlite_sql.LAPSED_APPROVALS_FROM
+    figures_plan: tuple[str, ...] = ()
+    skip_locked = ""
+    migration_lock: str | None = None
+    migration_unlock: str | None = None
+    collation: str | None = None
+
+    @staticmethod
+    def insert(table: sa.Table) -> sqlite_dialect.Insert:
+        return sqlite_dialect.insert(table)
+
+    @staticmethod
+    def now() -> Any:
+        return datetime.now(UTC)  # this machine's: the one machine
+
+    @staticmethod
+    def ago(seconds: float) -> Any:
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+
+    @staticmethod
+    def dbos_table(schema: str, table: str) -> str:
+        return table  # no schemas
+
+    @staticmethod
+    def lean_pool(engine: AsyncEngine) -> pg.LeanPool | None:
+        return None
+
+    @staticmethod
+    async def opened(conn: AsyncConnection) -> None:
+        await sqlite.hold_writes(conn)  # what the transaction reads holds until it commits
 
 
 _BACKENDS: dict[str, Backend] = {Postgres.name: Postgres(), SQLite.name: SQLite()}

@@ -30,6 +30,19 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import row as session_row
+from ._sql.postgres import (  # the hot reads' statements, by name
+    CHECKPOINT_BY_ID,
+    CHECKPOINT_COLUMNS,
+    EVENTS_AFTER,
+    LIVE_MESSAGES,
+    LOCK_STATES,
+    RESUME_INPUTS,
+    RESUME_INPUTS_RECORDED,
+    STATE_BY_ID,
+    STATES_BY_IDS,
+    STEP_INPUTS,
+    TREE,
+)
 
 __all__ = [
     "CHECKPOINT_BY_ID",
@@ -52,8 +65,6 @@ __all__ = [
     "state_from_tuple",
 ]
 
-#: The session row as these statements select it (``row.COLUMNS``' order).
-_STATE_SELECT = session_row.SELECT_LIST
 #: Index of ``event_seq`` in a selected row.
 EVENT_SEQ = session_row.EVENT_SEQ
 
@@ -64,95 +75,8 @@ plan that fits every call. Planning each call anew (the server's default for a s
 run fewer than five times on a connection, and while it compares plans) cost a third of
 executing the batch's statement."""
 
-STATE_BY_ID = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = %s"
-STATES_BY_IDS = f"SELECT {_STATE_SELECT} FROM __agents_states WHERE session_id = ANY(%s)"
-#: Locked in id order: two transactions locking the same rows never deadlock.
-LOCK_STATES = STATES_BY_IDS + " ORDER BY session_id FOR UPDATE"
 
-CHECKPOINT_COLUMNS = (
-    "checkpoint_id",
-    "session_id",
-    "run_id",
-    "step_count",
-    "message_count",
-    "state",
-    "created_at",
-)
-CHECKPOINT_BY_ID = (
-    f"SELECT {', '.join(CHECKPOINT_COLUMNS)} FROM __agents_checkpoints WHERE checkpoint_id = %s"
-)
-
-#: The conversation: the rows no rewind took out (``history.LIVE_MESSAGE``), oldest first.
-LIVE_MESSAGES = (
-    "SELECT role, content FROM __agents_messages"
-    " WHERE session_id = %s AND (content ->> 'rewound') IS NULL ORDER BY message_id"
-)
-EVENTS_AFTER = (
-    "SELECT sequence, type, run_id, data FROM __agents_events"
-    " WHERE session_id = %s AND sequence > %s ORDER BY sequence LIMIT %s"
-)
-
-#: A model step's inputs in one statement: the session, the slot's recorded result, and
-#: (unless recorded) the live conversation as ``[[role, content], ...]``.
-STEP_INPUTS = f"""
-    SELECT {session_row.select_list("s")},
-        c.state,
-        CASE WHEN c.state IS NULL THEN (
-            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
-            FROM __agents_messages AS m
-            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
-        ) END
-    FROM __agents_states AS s
-    LEFT JOIN __agents_checkpoints AS c ON c.checkpoint_id = %s
-    WHERE s.session_id = %s
-"""
-
-
-#: A woken turn's inputs in one statement: the rows of the sessions (``= ANY``), each with
-#: the live conversation of one of them (the owner's; the others' is NULL).
-RESUME_INPUTS = f"""
-    SELECT {session_row.select_list("s")},
-        CASE WHEN s.session_id = %s THEN (
-            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
-            FROM __agents_messages AS m
-            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
-        ) END
-    FROM __agents_states AS s
-    WHERE s.session_id = ANY(%s)
-"""
-
-
-#: A hibernated turn's inputs as its continuation takes it up, in one statement: the rows of
-#: ``RESUME_INPUTS``, the owner's with the recorded state of a checkpoint (its hibernate
-#: commit's; NULL on the other rows, or when that commit did not land).
-RESUME_INPUTS_RECORDED = f"""
-    SELECT {session_row.select_list("s")},
-        CASE WHEN s.session_id = %(sid)s THEN (
-            SELECT jsonb_agg(jsonb_build_array(m.role, m.content) ORDER BY m.message_id)
-            FROM __agents_messages AS m
-            WHERE m.session_id = s.session_id AND (m.content ->> 'rewound') IS NULL
-        ) END,
-        CASE WHEN s.session_id = %(sid)s THEN (
-            SELECT c.state FROM __agents_checkpoints AS c WHERE c.checkpoint_id = %(slot)s
-        ) END
-    FROM __agents_states AS s
-    WHERE s.session_id = ANY(%(ids)s)
-"""
-
-
-#: A session and every session of its tree created after it (its root's other sessions, the
-#: session itself first, then by creation), in one statement.
-TREE = f"""
-    SELECT {_STATE_SELECT}, 0 AS k, created_at FROM __agents_states WHERE session_id = %(sid)s
-    UNION ALL
-    SELECT {_STATE_SELECT}, 1 AS k, created_at FROM __agents_states
-    WHERE root_session_id = (SELECT root_session_id FROM __agents_states WHERE session_id = %(sid)s)
-        AND session_id <> root_session_id AND session_id <> %(sid)s
-    ORDER BY k, created_at
-"""
-
-
-#: A session from a row selected in ``_STATE_SELECT``'s order.
+#: A session from a row selected in ``row.SELECT_LIST``'s order.
 state_from_tuple = session_row.decode_tuple
 
 

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.events import SessionEvent
@@ -22,29 +21,14 @@ from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import SessionNotFoundError
 from . import pg, unit
+from ._sql.postgres import APPEND_EVENTS, USAGE_INSERT
 from .batch import ALL, CHECKPOINTS, EVENTS, MESSAGES, STATES, WriteBatch, begin, end, settle
 from .batch import current_batch as batch_of
 from .engine import StoreEngine, bind, bound, unbind
-from .schema import usage
 
 __all__ = ["PostgresPaths"]
 
 T = TypeVar("T")
-
-_APPEND_EVENTS = sa.text(
-    """
-    WITH seq AS (
-        UPDATE __agents_states SET event_seq = event_seq + :n
-        WHERE session_id = :sid
-        RETURNING event_seq
-    )
-    INSERT INTO __agents_events (session_id, sequence, run_id, type, data, created_at)
-    SELECT :sid, seq.event_seq - :n + e.ord, :run, e.v->>'type', e.v->'data', :now
-    FROM seq, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(v, ord)
-    RETURNING sequence
-    """
-)
-"""Appending events: the session's sequence taken and the rows inserted at once."""
 
 
 async def _untouched(conn: AsyncConnection) -> bool:
@@ -73,9 +57,7 @@ class PostgresPaths:
     __slots__ = ("_db",)
 
     #: Usage rows whose ``dedupe_key`` exists already are skipped.
-    usage_insert: sa.Executable = pg_dialect.insert(usage).on_conflict_do_nothing(
-        index_elements=["dedupe_key"]
-    )
+    usage_insert: sa.Executable = USAGE_INSERT
 
     def __init__(self, db: StoreEngine) -> None:
         self._db = db
@@ -241,7 +223,7 @@ class PostgresPaths:
         """Append events on ``c`` now; the last sequence number. One round trip: the
         sequence is taken and the rows inserted in one statement."""
         rows = await c.execute(
-            _APPEND_EVENTS,
+            APPEND_EVENTS,
             {
                 "sid": session_id,
                 "run": run_id,

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..core.events import SessionEvent
@@ -20,22 +19,16 @@ from ..core.messages import Message
 from ..core.session import SessionState
 from ..errors import SessionNotFoundError
 from . import row as session_row
+from ._sql.sqlite import CHECKPOINT_BY_ID, STATE_BY_ID, STATES_BY_IDS, USAGE_INSERT
 from .batch import CHECKPOINTS, EVENTS, MESSAGES, STATES, WriteBatch
 from .engine import StoreEngine, bind, unbind
 from .history import LIVE_MESSAGE
-from .schema import checkpoints, events, messages, states, usage
+from .schema import checkpoints, events, messages, states
 from .sessions import descendants
 
 __all__ = ["SQLitePaths"]
 
 T = TypeVar("T")
-
-# Built once: SQLAlchemy then neither rebuilds them nor recomputes their cache keys per call.
-_STATE_BY_ID = states.select().where(states.c.session_id == sa.bindparam("sid"))
-_STATES_BY_IDS = states.select().where(states.c.session_id.in_(sa.bindparam("ids", expanding=True)))
-_CHECKPOINT_BY_ID = sa.select(checkpoints).where(
-    checkpoints.c.checkpoint_id == sa.bindparam("checkpoint_id")
-)
 
 
 class SQLitePaths:
@@ -44,9 +37,7 @@ class SQLitePaths:
     __slots__ = ("_db",)
 
     #: Usage rows whose ``dedupe_key`` exists already are skipped.
-    usage_insert: sa.Executable = sqlite_dialect.insert(usage).on_conflict_do_nothing(
-        index_elements=["dedupe_key"]
-    )
+    usage_insert: sa.Executable = USAGE_INSERT
 
     def __init__(self, db: StoreEngine) -> None:
         self._db = db
@@ -72,7 +63,7 @@ class SQLitePaths:
     async def load(self, session_id: str, conn: AsyncConnection | None) -> SessionState | None:
         """The session, or ``None``."""
         async with self._db.read(conn) as c:
-            row = (await c.execute(_STATE_BY_ID, {"sid": session_id})).first()
+            row = (await c.execute(STATE_BY_ID, {"sid": session_id})).first()
         return session_row.decode(row._mapping) if row is not None else None
 
     async def load_many(
@@ -85,7 +76,7 @@ class SQLitePaths:
 
     async def lock(self, ids: list[str], conn: AsyncConnection) -> dict[str, SessionState]:
         """The rows (the transaction holds the write lock since it opened)."""
-        rows = (await conn.execute(_STATES_BY_IDS, {"ids": ids})).all()
+        rows = (await conn.execute(STATES_BY_IDS, {"ids": ids})).all()
         return {s.session_id: s for s in (session_row.decode(r._mapping) for r in rows)}
 
     async def tree(self, session_id: str, conn: AsyncConnection | None) -> list[SessionState]:
@@ -219,5 +210,5 @@ class SQLitePaths:
     ) -> dict[str, Any] | None:
         """One checkpoint by id, or ``None``."""
         async with self._db.read(conn, (CHECKPOINTS,)) as c:
-            row = (await c.execute(_CHECKPOINT_BY_ID, {"checkpoint_id": checkpoint_id})).first()
+            row = (await c.execute(CHECKPOINT_BY_ID, {"checkpoint_id": checkpoint_id})).first()
         return dict(row._mapping) if row is not None else None

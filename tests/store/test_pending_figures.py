@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from helix_dbos.core.session import CallKind, PendingCall, SessionState, SessionStatus
 from helix_dbos.observability.approval_metrics import PendingFigures
 from helix_dbos.store import pending_figures as figures_module
-from helix_dbos.store._sql.postgres import Postgres
-from helix_dbos.store._sql.sqlite import SQLite
+from helix_dbos.store.dialect import Postgres, SQLite
 from helix_dbos.store.pending_figures import pending_figures
 from helix_dbos.store.store import SessionStore
 

@@ -1,26 +1,38 @@
-"""SQLite's backend: its statements by name, and what it does its own way (``dialect.Backend``).
+"""SQLite's SQL, by name: every statement only SQLite speaks (``dialect.SQLite`` holds them).
 
-SQLite takes one writer at a time (no row locks, so nothing to skip or lock), has no schemas
-(DBOS's tables have bare names), runs on one machine (its clock is this process's), keeps JSON
-as text (``json_extract``), and has no driver pools of its own.
+The reads of its side of the store's methods (``sqlite_paths.py``, SQLAlchemy Core built
+once), the usage insert, and the gauges' client calls over JSON text (``json_extract``). A
+statement that is the same on both backends stays in the module that runs it.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .. import pg
-from .. import sqlite as sqlite_driver
-from ..schema import HIBERNATED_DUE, HIBERNATED_ROW, LIVE_ROW
-
-__all__ = ["SQLite"]
+from .. import schema
+from ..schema import checkpoints, states, usage
 
 NAME = "sqlite"
+"""SQLAlchemy's name of the dialect."""
+
+#: Revision 0010's index (when a hibernated row's batch falls due, and which rows it holds)
+#: and revision 0011's predicate of a live row: queries repeat them verbatim.
+HIBERNATED_DUE = schema.HIBERNATED_DUE[NAME]
+HIBERNATED_ROW = schema.HIBERNATED_ROW[NAME]
+LIVE_ROW = schema.LIVE_ROW[NAME]
+
+# Built once: SQLAlchemy then neither rebuilds them nor recomputes their cache keys per call.
+STATE_BY_ID = states.select().where(states.c.session_id == sa.bindparam("sid"))
+STATES_BY_IDS = states.select().where(states.c.session_id.in_(sa.bindparam("ids", expanding=True)))
+CHECKPOINT_BY_ID = sa.select(checkpoints).where(
+    checkpoints.c.checkpoint_id == sa.bindparam("checkpoint_id")
+)
+
+
+#: Usage rows whose ``dedupe_key`` exists already are skipped.
+USAGE_INSERT = sqlite.insert(usage).on_conflict_do_nothing(index_elements=["dedupe_key"])
+
 
 _LIVE = "('running', 'suspended_client_tool')"
 
@@ -41,54 +53,3 @@ GROUP BY json_extract(p.value, '$.toolName')
 #: SQLite would walk the tool index for the lapsed approvals' GROUP BY, reading every row; it
 #: is told to take the deadline index (Postgres takes it by itself).
 LAPSED_APPROVALS_FROM = "__agents_approvals INDEXED BY ix___agents_approvals_deadline"
-
-
-class SQLite:
-    """The store on SQLite, where it differs from Postgres (``dialect.Backend``)."""
-
-    __slots__ = ()
-
-    name = NAME
-    row_locks = False
-    live_row = LIVE_ROW[NAME]
-    hibernated_due = HIBERNATED_DUE[NAME]
-    hibernated_row = HIBERNATED_ROW[NAME]
-    claim_due_batches: str | None = None
-    client_calls = CLIENT_CALLS
-    lapsed_approvals_from = LAPSED_APPROVALS_FROM
-    figures_plan: tuple[str, ...] = ()
-    skip_locked = ""
-    migration_lock: str | None = None
-    migration_unlock: str | None = None
-    collation: str | None = None
-
-    @staticmethod
-    def insert(table: sa.Table) -> sqlite.Insert:
-        """An INSERT on ``table`` that takes ``ON CONFLICT`` clauses."""
-        return sqlite.insert(table)
-
-    @staticmethod
-    def now() -> Any:
-        """The fleet's clock: this machine's (the one machine)."""
-        return datetime.now(UTC)
-
-    @staticmethod
-    def ago(seconds: float) -> Any:
-        """The fleet's clock ``seconds`` ago."""
-        return datetime.now(UTC) - timedelta(seconds=seconds)
-
-    @staticmethod
-    def dbos_table(schema: str, table: str) -> str:
-        """One of DBOS's tables as SQL: SQLite has no schemas."""
-        return table
-
-    @staticmethod
-    def lean_pool(engine: AsyncEngine) -> pg.LeanPool | None:
-        """None: the driver pools are Postgres's."""
-        return None
-
-    @staticmethod
-    async def opened(conn: AsyncConnection) -> None:
-        """A store transaction just opened on ``conn``: it takes the write lock, so that what
-        it reads holds until it commits (``sqlite.hold_writes``)."""
-        await sqlite_driver.hold_writes(conn)
