@@ -2,10 +2,12 @@
 
 Two objects per dialect, picked once when a store is made, and nowhere else:
 
-* its ``Backend`` (``backend_for``): the statements only that dialect speaks, by name, and
-  the few behaviours that differ (the fleet's clock, DBOS's table names, row locks, the
-  driver pools). Postgres's is ``_sql/postgres.py``, SQLite's ``_sql/sqlite.py``. A
-  function that is handed a connection and no store finds its backend with ``backend_of``;
+* its ``Backend`` (``backend_for``; ``Postgres`` or ``SQLite`` below): the statements only
+  that dialect speaks, by name (their text in ``_sql/postgres.py`` and ``_sql/sqlite.py``),
+  and the few behaviours that differ (the fleet's clock, DBOS's table names, row locks, the
+  driver pools, what a transaction does as it opens). A function handed a connection and no
+  store (the outbox's and the decision record's inserts, migrate, the retention sweeper)
+  finds the same object with ``backend_of``;
 * its ``Paths`` (``paths_for``): the store's methods that differ. Postgres's in
   ``pg_paths.py`` (the queued writes, the hot reads on the driver connection), SQLite's in
   ``sqlite_paths.py`` (SQLAlchemy Core, the write lock taken as a transaction opens).
@@ -42,7 +44,7 @@ T = TypeVar("T")
 
 
 class Backend(Protocol):
-    """A dialect's statements and behaviours (``_sql/postgres.py``, ``_sql/sqlite.py``)."""
+    """A dialect's named statements and the behaviours that differ (``Postgres``, ``SQLite``)."""
 
     #: SQLAlchemy's name of the dialect (``postgresql``, ``sqlite``).
     name: str

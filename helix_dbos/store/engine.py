@@ -88,12 +88,11 @@ class StoreEngine:
         backend: its dialect's (``dialect.backend_for``).
     """
 
-    __slots__ = ("backend", "dialect", "engine", "lean", "lean_tx")
+    __slots__ = ("backend", "engine", "lean", "lean_tx")
 
     def __init__(self, engine: AsyncEngine, backend: Backend) -> None:
         self.engine = engine
         self.backend = backend
-        self.dialect = backend.name
         self.lean: pg.LeanPool | None = backend.lean_pool(engine)
         # Commits apart from reads: a stream's read cancelled by its leaving client closes
         # its connection, and a commit must not be the one that opens the next.

@@ -12,9 +12,13 @@ on its own: callers say what they read and write, never on which connection or h
   unit of work read, which its updates swap from;
 * ``conversation.py``, ``events.py``, ``usage.py``, ``checkpoints.py``: the other tables;
 * ``limits.py``: the limit on a row's size;
-* ``dialect.py``: the one dispatch on the database, to ``pg_paths.py`` (Postgres: writes
-  queued and sent as one statement before COMMIT, ``batch.py``; the hot reads on the driver
-  connection, ``pg.py``) or ``sqlite_paths.py`` (SQLite: every write sent when it is made).
+* ``dialect.py``: the one dispatch on the database, picked here once: the backend (each
+  dialect's named statements, ``_sql/``, and the behaviours that differ) and the paths,
+  ``pg_paths.py`` (Postgres: writes queued and sent as one statement before COMMIT,
+  ``batch.py``; the hot reads on the driver connection, ``pg.py``) or ``sqlite_paths.py``
+  (SQLite: every write sent when it is made);
+* ``fleet_tables.py``, ``dbos_tables.py``: the fleet's and DBOS's tables, ``fleet`` and
+  ``dbos`` here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Each backend's SQL, by name, and the few things it does its own way: one module per backend.
+"""Each backend's SQL as named statements: one module per backend.
 
-``postgres.py`` and ``sqlite.py`` each define one backend class with the same members
-(``dialect.Backend`` says what each is); ``dialect.backend_for`` picks one when a store is
+``postgres.py`` and ``sqlite.py`` hold every statement only their dialect speaks; the backend
+objects of ``dialect.py`` (``Postgres``, ``SQLite``) hand them out, one picked when a store is
 made. A statement that is the same on both backends stays in the module that runs it.
 """
