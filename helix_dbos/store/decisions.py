@@ -5,7 +5,9 @@ call; ``edited``; ``denied``) or an expiry's policy outcome (``expired``). It is
 ``queue`` inside the transaction that stores what it records (the submit's compare-and-swap,
 the results commit of an expiry), so a decision is on record if and only if it took effect;
 its ``decision_key`` is unique, so a replayed commit writes it once. Nothing updates a row;
-``purge`` deletes those older than the record's own retention.
+``purge_decisions`` deletes those older than the record's own retention, in small claimed
+batches, and never while their approval still waits (the retention sweeper and ``helix-dbos
+prune`` call it, as does ``helix-dbos approvals --purge-decided``).
 
 The list is newest first, a page at a time; each filter has an index whose key after the
 filtered column is the order ``(decided_at, id)``, and the cursor is that key of a page's last
@@ -28,7 +30,7 @@ from ..core.session import PendingCall, SessionState
 from ..errors import RequestValidationError
 from .batch import DECISIONS, current_batch
 from .engine import joined
-from .schema import approval_decisions
+from .schema import approval_decisions, approvals
 from .store import SessionStore
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "DECISIONS_PAGE_MAX",
     "DECISION_CURSOR_PATTERN",
     "OUTCOMES",
+    "PURGE_BATCH",
     "Decision",
     "DecisionPage",
     "DecisionQuery",
@@ -43,6 +46,7 @@ __all__ = [
     "decisions_statement",
     "expiry_row",
     "list_decisions",
+    "purge_batch",
     "purge_decisions",
     "queue",
 ]
@@ -295,9 +299,66 @@ async def list_decisions(store: SessionStore, query: DecisionQuery) -> DecisionP
     return DecisionPage(page, f"{last.decided_at}.{last.id}" if last else None)
 
 
-async def purge_decisions(store: SessionStore, before: int) -> int:
-    """Delete the decisions made before ``before`` (epoch ms): the record's retention, its own
-    (the sessions' rows are kept or deleted apart). Returns how many were deleted."""
+#: Decisions deleted per transaction by ``purge_decisions``: each batch holds its rows locked
+#: for the milliseconds its delete takes, and a sweep of millions never holds them all.
+PURGE_BATCH = 500
+
+
+def _purgeable(before: int, batch: int | None, dialect: str) -> sa.Select[Any]:
+    """Up to ``batch`` ids of decisions made before ``before`` whose approval no longer waits
+    (no row of its call in the inbox table: a quorum's partial approvals stay while it
+    waits), the oldest first; claimed on Postgres (rows another sweeper holds are skipped)."""
+    a = approvals.c
+    waiting = (
+        sa.select(sa.literal(1))
+        .where(a.session_id == _d.c.session_id)
+        .where(a.tool_call_id == _d.c.tool_call_id)
+        .where(a.approval_id == _d.c.approval_id)
+    )
+    select = (
+        sa.select(_d.c.id)
+        .where(_d.c.decided_at < before)
+        .where(~waiting.exists())
+        .order_by(*_ORDER)
+        .limit(batch)
+    )
+    if dialect == "postgresql" and batch is not None:
+        select = select.with_for_update(skip_locked=True)
+    return select
+
+
+async def purge_batch(store: SessionStore, before: int, batch: int = PURGE_BATCH) -> int:
+    """One transaction: delete up to ``batch`` decisions made before ``before`` (epoch ms)
+    whose approval no longer waits. Returns how many it deleted."""
     async with store.transaction() as conn:
-        done = await conn.execute(_d.delete().where(_d.c.decided_at < before))
+        ids = [r[0] for r in await conn.execute(_purgeable(before, batch, conn.dialect.name))]
+        if not ids:
+            return 0
+        done = await conn.execute(_d.delete().where(_d.c.id.in_(ids)))
     return int(done.rowcount or 0)
+
+
+async def purge_decisions(
+    store: SessionStore,
+    before: int,
+    *,
+    batch: int = PURGE_BATCH,
+    max_batches: int | None = None,
+    dry_run: bool = False,
+) -> int:
+    """Delete the decisions made before ``before`` (epoch ms), in batches of ``batch``, each
+    its own transaction: the record's retention, its own (the sessions' rows are kept or
+    deleted apart). A decision whose approval still waits (a quorum's partial approval) is
+    kept, however old. Returns how many were deleted (``dry_run``: would be; nothing is)."""
+    if dry_run:
+        async with store.transaction() as conn:
+            ids = _purgeable(before, None, conn.dialect.name).subquery()
+            return int(await conn.scalar(sa.select(sa.func.count()).select_from(ids)) or 0)
+    total, done = 0, 0
+    while max_batches is None or done < max_batches:
+        deleted = await purge_batch(store, before, batch)
+        total += deleted
+        done += 1
+        if deleted < batch:
+            break
+    return total

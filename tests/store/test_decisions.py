@@ -5,6 +5,7 @@ Postgres each filter is an index range scan in the list's order."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -141,3 +142,33 @@ async def test_the_lists_are_index_scans_in_order(migrated_pg_url: str) -> None:
     ):
         plan = _plan(migrated_pg_url, query)
         assert f"ix___agents_approval_decisions_{index}" in plan and "Seq Scan" not in plan
+
+
+async def test_the_purge_goes_in_small_batches_oldest_first(store: SessionStore) -> None:
+    now = now_ms()
+    await write(store, [row(i, now - 10 * DAY_MS - i) for i in range(23)])
+    await write(store, [row(100 + i, now - i) for i in range(4)])
+    assert await decisions.purge_batch(store, now - DAY_MS, batch=5) == 5
+    left = await list_decisions(store, DecisionQuery(limit=500))
+    # The oldest five went first (row 22 is the oldest).
+    assert {d.approval_id for d in left.decisions}.isdisjoint({f"r::c{i}" for i in range(18, 23)})
+    assert await decisions.purge_decisions(store, now - DAY_MS, batch=5) == 18
+    left = await list_decisions(store, DecisionQuery(limit=500))
+    assert len(left.decisions) == 4
+
+
+@pytest.mark.postgres_only
+async def test_two_sweepers_delete_each_decision_once(migrated_pg_url: str) -> None:
+    first, second = SessionStore.from_url(migrated_pg_url), SessionStore.from_url(migrated_pg_url)
+    try:
+        now = now_ms()
+        await write(first, [row(i, now - 30 * DAY_MS - i) for i in range(1_200)])
+        deleted = await asyncio.gather(
+            decisions.purge_decisions(first, now - DAY_MS, batch=40),
+            decisions.purge_decisions(second, now - DAY_MS, batch=40),
+        )
+        assert sum(deleted) == 1_200, deleted
+        assert (await list_decisions(first, DecisionQuery())).decisions == []
+    finally:
+        await first.close()
+        await second.close()
