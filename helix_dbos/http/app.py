@@ -230,13 +230,7 @@ def create_app(
     chat_agent_type = _chat_agent(runtime, chat_agent_type, chat=chat)
     # One window per session for the agent routes and the chat: one documented limit.
     limiter = limiter_for(rate_limit_per_minute)
-    authenticate: AuthHook | None = None
-    issuer: TokenIssuer | None = None
-    if secret:
-        tenant = tenant if tenant is not None else os.environ.get(TENANT_ENV) or None
-        authenticate, issuer = session_token_auth(
-            secret, token_ttl_seconds, authorize_start=_records_tenant(tenant)
-        )
+    authenticate, issuer = _session_tokens(secret, token_ttl_seconds, tenant)
     shared = _RouterOptions(
         authenticate=authenticate,
         allow_unauthenticated=allow_unauthenticated and authenticate is None,
@@ -255,6 +249,17 @@ def create_app(
     _serve_mcp(app, runtime, shared)
     app.state.runtime = runtime
     return app
+
+
+def _session_tokens(
+    secret: str | None, ttl_seconds: float, tenant: str | None
+) -> tuple[AuthHook | None, TokenIssuer | None]:
+    """The session-token hook and issuer of a server with ``secret`` (none without one); its
+    new sessions record ``tenant`` (default ``HELIX_TENANT``)."""
+    if not secret:
+        return None, None
+    tenant = tenant if tenant is not None else os.environ.get(TENANT_ENV) or None
+    return session_token_auth(secret, ttl_seconds, authorize_start=_records_tenant(tenant))
 
 
 def _records_tenant(tenant: str | None) -> AuthHook | None:

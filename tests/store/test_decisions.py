@@ -6,16 +6,16 @@ Postgres each filter is an index range scan in the list's order."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy.dialects import postgresql
 
 from helix_dbos.core.clock import now_ms
 from helix_dbos.errors import RequestValidationError
 from helix_dbos.store import decisions
-from helix_dbos.store.decisions import DecisionQuery, decisions_statement, list_decisions
+from helix_dbos.store.decisions import DecisionQuery, decisions_sql, list_decisions
 from helix_dbos.store.store import SessionStore
 
 DAY_MS = 86_400_000
@@ -94,11 +94,20 @@ async def test_the_record_is_listed_newest_first_and_paged(store: SessionStore) 
 
 
 def _plan(url: str, query: DecisionQuery) -> str:
-    statement = decisions_statement(query).limit(query.limit + 1)
-    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
-    sql = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-    with psycopg.connect(url) as conn:
-        return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql).fetchall())
+    """The plan Postgres runs a page with: the text statement (``decisions_sql``), prepared,
+    with the generic plan the store's read connections use (``force_generic_plan``)."""
+    sql, params = decisions_sql(query)
+    names = re.findall(r"%\((\w+)\)s", sql)
+    for n, name in enumerate(names, start=1):
+        sql = sql.replace(f"%({name})s", f"${n}", 1)
+    values = ", ".join(
+        str(params[name]) if isinstance(params[name], int) else f"'{params[name]}'"
+        for name in names
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE page AS {sql}")
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE page({values})"))
 
 
 @pytest.mark.postgres_only
