@@ -195,7 +195,7 @@ def serve_inbox(
         cwd=logs,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a loaded machine starts it slowly
     while True:
         if proc.poll() is not None:
             raise RuntimeError((logs / "serve.log").read_text()[-2000:])

@@ -29,8 +29,9 @@ Variable                       Meaning (default)
 ``HELIX_RETENTION``            How long ended sessions are kept (``30d``, ``12h``...; default
                                none: nothing is deleted). docs/retention.md.
 ``HELIX_RETENTION_BY_AGENT``   Per agent: ``support=7d,audit=never`` (over the default).
-``HELIX_DECISION_RETENTION_DAYS`` How long ``helix-dbos approvals --purge-decided`` keeps the
-                               decision record (unset: it needs ``--older-than``).
+``HELIX_DECISION_RETENTION_DAYS`` How long the approval decision record is kept (days): the
+                               retention sweeper and ``helix-dbos prune`` delete older
+                               decisions (unset: kept for ever).
 ``DBOS_LOG_LEVEL``             DBOS's own log level (``WARNING``; any case).
 =============================  ==========================================================
 
@@ -293,10 +294,11 @@ class HelixSettings:
     before the turn hibernates (``0``: at once; ``None``: never). ``define_agent``'s
     ``hibernate_after`` wins."""
     deadline_keeper_seconds: float = 1.0
-    decision_retention_days: float | None = None
-    """How long the decision record is kept by ``helix-dbos approvals --purge-decided``
-    (``None``: for ever, unless the command names a period)."""
     """How often the deadline keeper looks for hibernated batches that are due (``0``: never)."""
+    decision_retention_days: float | None = None
+    """How long the approval decision record is kept, in days: the retention sweeper, ``prune``
+    and ``approvals --purge-decided`` delete older decisions, never one whose approval still
+    waits (``None``: for ever)."""
     retention_seconds: float | None = None
     """How long an ended session tree is kept after its last write before the retention
     sweeper deletes it, when its agent has no retention of its own (``None``: for ever, the

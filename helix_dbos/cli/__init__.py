@@ -37,6 +37,7 @@ from .prune import PRUNE
 from .serve import SERVE
 from .serve import worker_app as worker_app
 from .sessions import CHECKPOINTS, INSPECT, SESSIONS
+from .tokens import APPROVER_TOKEN
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -63,6 +64,7 @@ for _command in (
     HEAL,
     CHECKPOINTS,
     APPROVALS,
+    APPROVER_TOKEN,
     PRUNE,
 ):
     register(_command)

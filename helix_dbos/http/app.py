@@ -23,6 +23,7 @@ from fastapi import APIRouter, FastAPI
 from .._version import __version__
 from ..config import HelixSettings, redact_url
 from ..core.agents import Agent, AgentRegistry
+from ..core.owner import OWNER_MAX_LENGTH
 from ..demo import SERVED_STREAM_PAUSE_SECONDS, demo_agents
 from ..errors import ConfigError, HelixError
 from ..llm.factory import infer_llm
@@ -39,10 +40,12 @@ from .metrics import METRICS_TOKEN_ENV, create_metrics_router, metrics_token_aut
 from .openapi import document_session_tokens
 from .router import create_router
 
-__all__ = ["AUTH_SECRET_ENV", "create_app", "lifespan_for"]
+__all__ = ["AUTH_SECRET_ENV", "TENANT_ENV", "create_app", "lifespan_for"]
 
 #: The environment variable holding the session-token secret of the standalone server.
 AUTH_SECRET_ENV = "HELIX_AUTH_SECRET"
+#: The tenant every session the standalone server starts records (with session tokens).
+TENANT_ENV = "HELIX_TENANT"
 
 
 def lifespan_for(runtime: AgentRuntime) -> Callable[[Any], AbstractAsyncContextManager[None]]:
@@ -184,6 +187,7 @@ def create_app(
     chat: bool = True,
     demo_page: bool | None = None,
     metrics_token: str | None = None,
+    tenant: str | None = None,
 ) -> FastAPI:
     """The standalone agent server.
 
@@ -211,6 +215,10 @@ def create_app(
         metrics_token: the bearer token a scrape of ``GET /metrics`` sends; default
             ``HELIX_METRICS_TOKEN``. Without one, ``/metrics`` is open on a server without
             authentication and refuses every scrape (401) on a server with it.
+        tenant: with session tokens, the tenant every session this server starts records
+            (a single-tenant server), so that approver tokens issued for it
+            (``SessionTokens.issue_approver``, ``helix-dbos approver-token``) reach them;
+            default ``HELIX_TENANT``; none: the sessions record no tenant.
 
     Raises:
         ConfigError: no secret and not ``allow_unauthenticated`` (or a secret under 32 bytes),
@@ -222,10 +230,7 @@ def create_app(
     chat_agent_type = _chat_agent(runtime, chat_agent_type, chat=chat)
     # One window per session for the agent routes and the chat: one documented limit.
     limiter = limiter_for(rate_limit_per_minute)
-    authenticate: AuthHook | None = None
-    issuer: TokenIssuer | None = None
-    if secret:
-        authenticate, issuer = session_token_auth(secret, token_ttl_seconds)
+    authenticate, issuer = _session_tokens(secret, token_ttl_seconds, tenant)
     shared = _RouterOptions(
         authenticate=authenticate,
         allow_unauthenticated=allow_unauthenticated and authenticate is None,
@@ -244,6 +249,35 @@ def create_app(
     _serve_mcp(app, runtime, shared)
     app.state.runtime = runtime
     return app
+
+
+def _session_tokens(
+    secret: str | None, ttl_seconds: float, tenant: str | None
+) -> tuple[AuthHook | None, TokenIssuer | None]:
+    """The session-token hook and issuer of a server with ``secret`` (none without one); its
+    new sessions record ``tenant`` (default ``HELIX_TENANT``)."""
+    if not secret:
+        return None, None
+    tenant = tenant if tenant is not None else os.environ.get(TENANT_ENV) or None
+    return session_token_auth(secret, ttl_seconds, authorize_start=_records_tenant(tenant))
+
+
+def _records_tenant(tenant: str | None) -> AuthHook | None:
+    """The ``authorize_start`` hook of a single-tenant server: every new session records
+    ``tenant`` (``None``: no hook, the sessions record none).
+
+    Raises:
+        ConfigError: a tenant that is not a short identifier.
+    """
+    if tenant is None:
+        return None
+    if not (0 < len(tenant) <= OWNER_MAX_LENGTH) or not tenant.isprintable():
+        raise ConfigError(f"{TENANT_ENV}: a tenant is 1 to {OWNER_MAX_LENGTH} printable characters")
+
+    def start_in_tenant(_request: Any, _operation: str) -> dict[str, Any]:
+        return {"ok": True, "tenant": tenant}
+
+    return start_in_tenant
 
 
 def _serve_mcp(app: FastAPI, runtime: AgentRuntime, shared: _RouterOptions) -> None:

@@ -26,9 +26,9 @@ import inspect
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 
@@ -40,6 +40,7 @@ from ..observability.log import log_event
 __all__ = [
     "APPROVER_OPERATIONS",
     "OPERATIONS",
+    "ApproverClaims",
     "AuthHook",
     "AuthResult",
     "SessionTokens",
@@ -195,6 +196,15 @@ async def run_authenticate(hook: AuthHook | None, request: Request, operation: s
     raise AuthError("Unauthorized", status=401)
 
 
+class ApproverClaims(NamedTuple):
+    """What a valid approver token says: its tenant, its principal (``None``: it names none)
+    and the roles it holds."""
+
+    tenant: str
+    principal: str | None
+    roles: tuple[str, ...]
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -250,33 +260,51 @@ class SessionTokens:
         return f"{payload}.{self._sign(payload)}"
 
     def issue_approver(
-        self, tenant: str, principal: str | None = None, *, expires_at: float | None = None
+        self,
+        tenant: str,
+        principal: str | None = None,
+        *,
+        roles: Iterable[str] = (),
+        expires_at: float | None = None,
     ) -> str:
         """A token for an approver of ``tenant``: it lists that tenant's approvals, reads its
         sessions' status and events and answers their calls (``APPROVER_OPERATIONS``), and
-        nothing else; valid for ``ttl_seconds`` (or until ``expires_at``).
+        nothing else; valid for ``ttl_seconds`` (or until ``expires_at``). ``principal`` is
+        who decides with it (a quorum and four eyes need one), ``roles`` the roles it holds
+        (an approval policy's ``roles`` and ``escalate_to``), both recorded with each
+        decision it makes.
 
         Raises:
-            ConfigError: ``tenant`` is not a non-empty string.
+            ConfigError: ``tenant`` is not a non-empty string, ``principal`` is not one (or
+                ``None``), or ``roles`` is not a collection of non-empty strings.
         """
         if not isinstance(tenant, str) or not tenant:
             raise ConfigError("An approver token needs a tenant (a non-empty string)")
+        if principal is not None and (not isinstance(principal, str) or not principal):
+            raise ConfigError("An approver token's principal is a non-empty string, or None")
+        held = [roles] if isinstance(roles, str) else list(roles)
+        if isinstance(roles, str) or not all(isinstance(r, str) and r for r in held):
+            raise ConfigError("An approver token's roles are a collection of non-empty strings")
         exp = int(expires_at if expires_at is not None else self._clock() + self.ttl_seconds)
         claims: dict[str, Any] = {"role": "approver", "tenant": tenant, "exp": exp}
         if principal:
             claims["sub"] = principal
+        if held:
+            claims["roles"] = sorted(set(held))
         payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
         return f"{payload}.{self._sign(payload)}"
 
-    def verify_approver(self, token: str) -> tuple[str, str | None] | None:
-        """``(tenant, principal)`` of a valid, unexpired approver token; ``None`` otherwise."""
+    def verify_approver(self, token: str) -> ApproverClaims | None:
+        """The tenant, principal and roles of a valid, unexpired approver token; ``None``
+        otherwise."""
         claims = self._claims(token)
         if claims is None or claims.get("role") != "approver":
             return None
-        tenant, sub = claims.get("tenant"), claims.get("sub")
+        tenant, sub, roles = claims.get("tenant"), claims.get("sub"), claims.get("roles")
         if not isinstance(tenant, str) or not tenant:
             return None
-        return tenant, sub if isinstance(sub, str) else None
+        held = tuple(r for r in roles if isinstance(r, str)) if isinstance(roles, list) else ()
+        return ApproverClaims(tenant, sub if isinstance(sub, str) else None, held)
 
     def verify(self, token: str) -> str | None:
         """The session a valid, unexpired session token is bound to; ``None`` for anything
@@ -325,7 +353,7 @@ class SessionTokens:
         token = self.token_of(request)
         approver = self.verify_approver(token) if token is not None else None
         if approver is not None:
-            return _approver_answer(operation, *approver)
+            return _approver_answer(operation, approver)
         if operation == "metrics":
             # A scrape names no session: a session's token says nothing about operators.
             return {"error": "Session tokens do not scrape /metrics", "status": 403}
@@ -365,15 +393,17 @@ def _bound_answer(operation: str, session_id: str | None, bound: str) -> AuthRes
     return {"ok": True, _CREDENTIAL: "session_token"}
 
 
-def _approver_answer(operation: str, tenant: str, principal: str | None) -> AuthResult:
+def _approver_answer(operation: str, approver: ApproverClaims) -> AuthResult:
     """The hook's answer to an approver token: its tenant, as an approver (the router then
-    refuses the sessions of other tenants), for the operations an approver may do."""
+    refuses the sessions of other tenants), with its principal and roles, for the operations
+    an approver may do."""
     if operation not in APPROVER_OPERATIONS:
         return {"error": "An approver token only lists, reads and answers approvals", "status": 403}
     return {
         "ok": True,
-        "principal": principal,
-        "tenant": tenant,
+        "principal": approver.principal,
+        "tenant": approver.tenant,
+        "roles": list(approver.roles),
         "approver": True,
         _CREDENTIAL: "approver_token",
     }

@@ -5,7 +5,9 @@ call; ``edited``; ``denied``) or an expiry's policy outcome (``expired``). It is
 ``queue`` inside the transaction that stores what it records (the submit's compare-and-swap,
 the results commit of an expiry), so a decision is on record if and only if it took effect;
 its ``decision_key`` is unique, so a replayed commit writes it once. Nothing updates a row;
-``purge`` deletes those older than the record's own retention.
+``purge_decisions`` deletes those older than the record's own retention, in small claimed
+batches, and never while their approval still waits (the retention sweeper and ``helix-dbos
+prune`` call it, as does ``helix-dbos approvals --purge-decided``).
 
 The list is newest first, a page at a time; each filter has an index whose key after the
 filtered column is the order ``(decided_at, id)``, and the cursor is that key of a page's last
@@ -14,6 +16,7 @@ row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -27,7 +30,7 @@ from ..errors import RequestValidationError
 from .batch import DECISIONS, current_batch
 from .dialect import backend_of
 from .engine import joined
-from .schema import approval_decisions
+from .schema import approval_decisions, approvals
 from .store import SessionStore
 
 __all__ = [
@@ -35,13 +38,16 @@ __all__ = [
     "DECISIONS_PAGE_MAX",
     "DECISION_CURSOR_PATTERN",
     "OUTCOMES",
+    "PURGE_BATCH",
     "Decision",
     "DecisionPage",
     "DecisionQuery",
     "answer_row",
+    "decisions_sql",
     "decisions_statement",
     "expiry_row",
     "list_decisions",
+    "purge_batch",
     "purge_decisions",
     "queue",
 ]
@@ -263,18 +269,65 @@ def decisions_statement(query: DecisionQuery) -> sa.Select[Any]:
     return select.order_by(c.decided_at.desc(), c.id.desc())
 
 
-def _decision(row: Any) -> Decision:
-    m = dict(row._mapping)
-    roles = m.pop("roles")
-    m.pop("decision_key", None)
-    return Decision(
-        **{**m, "final": bool(m["final"])},
-        roles=json.loads(roles) if isinstance(roles, str) else roles,
+#: The columns a page reads, in ``Decision``'s order (Postgres's text statement).
+_FIELDS = tuple(f.name for f in dataclasses.fields(Decision))
+#: The equality filters: (column, ``DecisionQuery`` field).
+_FILTERS = (
+    ("tool_name", "tool"),
+    ("root_session_id", "session_id"),
+    ("approval_id", "approval_id"),
+    ("principal", "principal"),
+    ("owner_principal", "owner_principal"),
+    ("owner_tenant", "owner_tenant"),
+    ("outcome", "outcome"),
+)
+
+
+def decisions_sql(query: DecisionQuery) -> tuple[str, dict[str, Any]]:
+    """Postgres: ``decisions_statement`` as text with its parameters, and its limit (a row
+    more than the page: whether another follows). The same filters, order and index."""
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    for column, name in _FILTERS:
+        value = getattr(query, name)
+        if value is not None:
+            where.append(f"{column} = %({name})s")
+            params[name] = value
+    if query.since is not None:
+        where.append("decided_at >= %(since)s")
+        params["since"] = query.since
+    if query.until is not None:
+        where.append("decided_at < %(until)s")
+        params["until"] = query.until
+    if query.cursor is not None:
+        where.append("(decided_at, id) < (%(after_at)s, %(after_id)s)")
+        params["after_at"], params["after_id"] = _decode(query.cursor)
+    params["limit"] = query.limit + 1
+    filtered = f" WHERE {' AND '.join(where)}" if where else ""
+    sql = (
+        f"SELECT {', '.join(_FIELDS)} FROM {_d.name}{filtered}"
+        " ORDER BY decided_at DESC, id DESC LIMIT %(limit)s"
     )
+    return sql, params
+
+
+def _decision(values: tuple[Any, ...]) -> Decision:
+    """A row of ``_FIELDS``' columns, as a ``Decision``."""
+    found = Decision(*values)
+    roles = found.roles
+    if isinstance(roles, str) or not isinstance(found.final, bool):  # SQLite's forms
+        decoded = json.loads(roles) if isinstance(roles, str) else roles
+        found = dataclasses.replace(found, final=bool(found.final), roles=decoded)
+    return found
 
 
 async def list_decisions(store: SessionStore, query: DecisionQuery) -> DecisionPage:
     """One page of the decisions matching ``query``, newest first.
+
+    On Postgres the page is one statement on its own (``SessionStore.read_statement``):
+    no transaction, no checkout of SQLAlchemy's pool, planned once per connection. Through
+    SQLAlchemy the same read took three round trips (BEGIN, the SELECT, COMMIT) and its
+    engine's work, 15 to 20 times the statement's own 0.1 to 0.5 ms at 100,000 decisions.
 
     Raises:
         RequestValidationError: a limit out of range, a bad cursor or outcome.
@@ -285,17 +338,78 @@ async def list_decisions(store: SessionStore, query: DecisionQuery) -> DecisionP
         )
     if query.outcome is not None and query.outcome not in OUTCOMES:
         raise RequestValidationError(f"outcome must be one of {OUTCOMES}", cause="outcome")
-    select = decisions_statement(query).limit(query.limit + 1)
-    async with store.transaction() as conn:
-        rows = (await conn.execute(select)).all()
+    if store.many_writers:  # Postgres: one statement on the read connections
+        rows = await store.read_statement(*decisions_sql(query))
+    else:
+        columns = [_d.c[name] for name in _FIELDS]
+        select = decisions_statement(query).with_only_columns(*columns).limit(query.limit + 1)
+        async with store.transaction() as conn:
+            rows = [tuple(r) for r in await conn.execute(select)]
     page = [_decision(r) for r in rows[: query.limit]]
     last = page[-1] if page and len(rows) > query.limit else None
     return DecisionPage(page, f"{last.decided_at}.{last.id}" if last else None)
 
 
-async def purge_decisions(store: SessionStore, before: int) -> int:
-    """Delete the decisions made before ``before`` (epoch ms): the record's retention, its own
-    (the sessions' rows are kept or deleted apart). Returns how many were deleted."""
+#: Decisions deleted per transaction by ``purge_decisions``: each batch holds its rows locked
+#: for the milliseconds its delete takes, and a sweep of millions never holds them all.
+PURGE_BATCH = 500
+
+
+def _purgeable(before: int, batch: int | None, row_locks: bool) -> sa.Select[Any]:
+    """Up to ``batch`` ids of decisions made before ``before`` whose approval no longer waits
+    (no row of its call in the inbox table: a quorum's partial approvals stay while it
+    waits), the oldest first; claimed on Postgres (rows another sweeper holds are skipped)."""
+    a = approvals.c
+    waiting = (
+        sa.select(sa.literal(1))
+        .where(a.session_id == _d.c.session_id)
+        .where(a.tool_call_id == _d.c.tool_call_id)
+        .where(a.approval_id == _d.c.approval_id)
+    )
+    select = (
+        sa.select(_d.c.id)
+        .where(_d.c.decided_at < before)
+        .where(~waiting.exists())
+        .order_by(*_ORDER)
+        .limit(batch)
+    )
+    if row_locks and batch is not None:
+        select = select.with_for_update(skip_locked=True)
+    return select
+
+
+async def purge_batch(store: SessionStore, before: int, batch: int = PURGE_BATCH) -> int:
+    """One transaction: delete up to ``batch`` decisions made before ``before`` (epoch ms)
+    whose approval no longer waits. Returns how many it deleted."""
     async with store.transaction() as conn:
-        done = await conn.execute(_d.delete().where(_d.c.decided_at < before))
+        ids = [r[0] for r in await conn.execute(_purgeable(before, batch, backend_of(conn).row_locks))]
+        if not ids:
+            return 0
+        done = await conn.execute(_d.delete().where(_d.c.id.in_(ids)))
     return int(done.rowcount or 0)
+
+
+async def purge_decisions(
+    store: SessionStore,
+    before: int,
+    *,
+    batch: int = PURGE_BATCH,
+    max_batches: int | None = None,
+    dry_run: bool = False,
+) -> int:
+    """Delete the decisions made before ``before`` (epoch ms), in batches of ``batch``, each
+    its own transaction: the record's retention, its own (the sessions' rows are kept or
+    deleted apart). A decision whose approval still waits (a quorum's partial approval) is
+    kept, however old. Returns how many were deleted (``dry_run``: would be; nothing is)."""
+    if dry_run:
+        async with store.transaction() as conn:
+            ids = _purgeable(before, None, backend_of(conn).row_locks).subquery()
+            return int(await conn.scalar(sa.select(sa.func.count()).select_from(ids)) or 0)
+    total, done = 0, 0
+    while max_batches is None or done < max_batches:
+        deleted = await purge_batch(store, before, batch)
+        total += deleted
+        done += 1
+        if deleted < batch:
+            break
+    return total

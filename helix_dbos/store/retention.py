@@ -26,6 +26,11 @@ A batch is one transaction: its roots are claimed ``FOR UPDATE SKIP LOCKED`` (Po
 two processes sweeping at once delete disjoint batches and every session once; a batch holds
 at most ``batch`` trees' rows locked, for the milliseconds its deletes take. On SQLite a batch
 holds the write lock as every write does.
+
+The decision record (``__agents_approval_decisions``) is not the sessions': it survives their
+deletion and has a retention of its own (``Retention.decisions``, ``HELIX_DECISION_RETENTION_DAYS``).
+A sweep deletes the decisions past it in batches of their own, claimed the same way, and
+never one whose approval still waits (``decisions.purge_decisions``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..observability.log import log_event
+from .decisions import purge_decisions
 from .dialect import backend_of
 from .engine import joined
 from .schema import ENDED_ROOT, states
@@ -71,10 +77,17 @@ class Retention:
     default: float | None = None
     by_agent: Mapping[str, float | None] = field(default_factory=dict)
     persistent: frozenset[str] = frozenset()
+    decisions: float | None = None
+    """How long the decision record is kept, its own period (seconds; ``None``: for ever),
+    whatever happens to the sessions it is about."""
+
+    @property
+    def deletes_sessions(self) -> bool:
+        return self.default is not None or any(v is not None for v in self.by_agent.values())
 
     @property
     def deletes_anything(self) -> bool:
-        return self.default is not None or any(v is not None for v in self.by_agent.values())
+        return self.deletes_sessions or self.decisions is not None
 
     def cutoffs(self, now: datetime) -> tuple[dict[str, datetime | None], datetime | None]:
         """(agent type -> its cutoff, the default cutoff); ``None``: never."""
@@ -97,11 +110,14 @@ class SweepResult:
     """Candidate roots whose tree had a session that must stay (judged and kept)."""
     cursor: tuple[datetime, str] | None = None
     """Where the next batch goes on (``sweep_batch``)."""
+    decisions: int = 0
+    """Decisions deleted from the record past its own retention (``decisions.py``)."""
 
     def add(self, other: SweepResult) -> None:
         self.trees += other.trees
         self.sessions += other.sessions
         self.kept_trees += other.kept_trees
+        self.decisions += other.decisions
         for table, n in other.rows.items():
             self.rows[table] = self.rows.get(table, 0) + n
 
@@ -359,14 +375,16 @@ async def sweep(
     dry_run: bool = False,
     dbos_schema: str = "dbos",
     max_batches: int | None = None,
+    now: datetime | None = None,
 ) -> SweepResult:
     """Batches, each going on after the roots the last one judged, until one is not full
-    (or ``max_batches``); what they deleted (``dry_run``: would delete, each batch rolled
-    back)."""
+    (or ``max_batches``); then the decision record's own retention, in batches of its own
+    (``decisions.purge_decisions``); what they deleted (``dry_run``: would delete, each batch
+    rolled back)."""
     total = SweepResult()
     done, after = 0, None
-    now = datetime.now(UTC)
-    while max_batches is None or done < max_batches:
+    now = now or datetime.now(UTC)
+    while retention.deletes_sessions and (max_batches is None or done < max_batches):
         got = await sweep_batch(
             store, retention, batch=batch, dry_run=dry_run, dbos_schema=dbos_schema,
             now=now, after=after,
@@ -376,6 +394,11 @@ async def sweep(
         if got.cursor is None:
             break
         after = got.cursor
+    if retention.decisions is not None:
+        before = int((now - timedelta(seconds=retention.decisions)).timestamp() * 1000)
+        total.decisions = await purge_decisions(
+            store, before, max_batches=max_batches, dry_run=dry_run
+        )
     return total
 
 
@@ -429,7 +452,11 @@ class RetentionSweeper:
             except Exception as exc:  # the database is down: the next pass tries again
                 log_event("retention.sweep_failed", error=type(exc).__name__)
                 continue
-            if done.trees:
+            if done.trees or done.decisions:
                 log_event(
-                    "retention.swept", trees=done.trees, sessions=done.sessions, rows=done.rows
+                    "retention.swept",
+                    trees=done.trees,
+                    sessions=done.sessions,
+                    rows=done.rows,
+                    decisions=done.decisions,
                 )

@@ -112,6 +112,16 @@ class SessionStore:
         """Dispose of the engine's connections."""
         await self._db.close()
 
+    async def read_statement(
+        self, sql: str, params: tuple[Any, ...] | dict[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Postgres: run one statement that only reads, on its own (autocommit, on the read
+        connections), and return its rows: no transaction, no checkout of SQLAlchemy's pool,
+        prepared once per connection with a generic plan. For a list a page of which is one
+        statement (the decision record's)."""
+        assert self._db.lean is not None, "read_statement is for Postgres"
+        return await self._db.lean.fetch(sql, params)
+
     async def write_statement(
         self, sql: str, params: tuple[Any, ...] | dict[str, Any]
     ) -> list[tuple[Any, ...]]:

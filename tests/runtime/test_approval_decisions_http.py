@@ -13,9 +13,11 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from starlette.requests import Request
 
+from helix_dbos.errors import ConfigError
 from helix_dbos.http import SessionTokens, create_router, install_error_handlers
 from helix_dbos.runtime import AgentRuntime
 from tests.support.asgi import client_for
@@ -178,3 +180,71 @@ async def test_an_approver_token_is_recorded_as_such(make_runtime: Any) -> None:
         assert taken.status_code == 200, taken.text
         end = await ended(rt, a["rootSessionId"])
     assert end["decider"] == {"principal": "ann", "tenant": "acme", "credential": "approver_token"}
+
+
+async def test_approver_tokens_with_roles_reach_a_quorum_restricted_to_roles(
+    make_runtime: Any,
+) -> None:
+    """Two approver tokens holding the role the policy names satisfy its quorum of two, and
+    each decision records the token's principal and roles; a token without the role (or with
+    another) is refused ``approval_not_eligible`` and counts for nothing."""
+    bank = Bank()
+    rt = await make_runtime([treasurer(bank)])
+    tokens = SessionTokens(SECRET)
+
+    def bearer(principal: str, *roles: str) -> dict[str, str]:
+        token = tokens.issue_approver("acme", principal, roles=roles)
+        return {"Authorization": f"Bearer {token}"}
+
+    async with client_for(app_for(rt, tokens)) as web:
+        a = await start(web, "two_of_three", owner="ada")
+        for refused_as in (bearer("rex"), bearer("ray", "legal")):
+            refused = await web.post(
+                "/tokens/submit-tool-result", json=answer(a), headers=refused_as
+            )
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["code"] == "approval_not_eligible"
+            assert refused.json()["roles"] == ["finance"]
+        first = await web.post(
+            "/tokens/submit-tool-result", json=answer(a), headers=bearer("ann", "finance")
+        )
+        assert first.status_code == 200, first.text
+        assert first.json()["continuation"]["kind"] == "awaiting_quorum"
+        # The inbox, read with an approver token, shows the progress.
+        listed = await web.get("/tokens/approvals", headers=bearer("cy", "finance"))
+        (waiting,) = listed.json()["approvals"]
+        assert waiting["quorum"]["text"] == "1 of 2" and waiting["quorum"]["approvers"] == ["ann"]
+        second = await web.post(
+            "/tokens/submit-tool-result",
+            json=answer(a),
+            headers=bearer("bo", "finance", "audit"),
+        )
+        assert second.status_code == 200, second.text
+        end = await ended(rt, a["rootSessionId"])
+        rows = (
+            await web.get(
+                "/users/approvals/decisions",
+                params={"approvalId": a["approvalId"]},
+                headers=who("x"),
+            )
+        ).json()["decisions"]
+    assert bank.runs == [ARGS]
+    assert end["decider"]["credential"] == "approver_token"
+    assert end["decider"]["approvers"] == ["ann", "bo"]
+    assert sorted((r["principal"], tuple(r["roles"]), r["votes"]) for r in rows) == [
+        ("ann", ("finance",), 1),
+        ("bo", ("audit", "finance"), 2),
+    ]
+    assert {r["credential"] for r in rows} == {"approver_token"}
+
+
+def test_approver_token_claims_are_checked_when_issued() -> None:
+    tokens = SessionTokens(SECRET)
+    claims = tokens.verify_approver(tokens.issue_approver("acme", "ann", roles=["cfo", "finance"]))
+    assert claims == ("acme", "ann", ("cfo", "finance"))
+    assert tokens.verify_approver(tokens.issue_approver("acme")) == ("acme", None, ())
+    for bad in ("finance", ["finance", ""], [3]):
+        with pytest.raises(ConfigError, match="roles"):
+            tokens.issue_approver("acme", "ann", roles=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="principal"):
+        tokens.issue_approver("acme", "")

@@ -6,6 +6,7 @@ first one's tokens and recovers its turns as their own executor."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import stat
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from helix_dbos.http import SessionTokens
 from tests.http.conftest import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,17 @@ def test_the_demo_script_installs_and_serves_the_demo_and_keeps_its_state(
         out, err = _stop(proc)
     assert f"open http://127.0.0.1:{port}/" in out
     assert f"Approval inbox: http://127.0.0.1:{port}/inbox" in out
+    # Two demo approvers' tokens, for the demo's tenant, in the address of the approvals page.
+    (approvers,) = re.findall(rf"http://127\.0\.0\.1:{port}/inbox#approvers=(\S+)", out)
+    ann, bo = approvers.split(",")
+    names = [
+        SessionTokens(_read_state(tmp_path / "demo.env")["HELIX_AUTH_SECRET"]).verify_approver(t)
+        for t in (ann, bo)
+    ]
+    assert [(c.tenant, c.principal) for c in names if c] == [
+        ("demo", "ann@example.com"),
+        ("demo", "bo@example.com"),
+    ]
     assert "PORT=8001 bash scripts/demo" in out
     assert ".venv/bin/helix-dbos" in out
     assert f"{tmp_path / 'demo.env'} (kept across restarts" in out

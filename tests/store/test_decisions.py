@@ -5,16 +5,17 @@ Postgres each filter is an index range scan in the list's order."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy.dialects import postgresql
 
 from helix_dbos.core.clock import now_ms
 from helix_dbos.errors import RequestValidationError
 from helix_dbos.store import decisions
-from helix_dbos.store.decisions import DecisionQuery, decisions_statement, list_decisions
+from helix_dbos.store.decisions import DecisionQuery, decisions_sql, list_decisions
 from helix_dbos.store.store import SessionStore
 
 DAY_MS = 86_400_000
@@ -93,11 +94,20 @@ async def test_the_record_is_listed_newest_first_and_paged(store: SessionStore) 
 
 
 def _plan(url: str, query: DecisionQuery) -> str:
-    statement = decisions_statement(query).limit(query.limit + 1)
-    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
-    sql = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-    with psycopg.connect(url) as conn:
-        return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql).fetchall())
+    """The plan Postgres runs a page with: the text statement (``decisions_sql``), prepared,
+    with the generic plan the store's read connections use (``force_generic_plan``)."""
+    sql, params = decisions_sql(query)
+    names = re.findall(r"%\((\w+)\)s", sql)
+    for n, name in enumerate(names, start=1):
+        sql = sql.replace(f"%({name})s", f"${n}", 1)
+    values = ", ".join(
+        str(params[name]) if isinstance(params[name], int) else f"'{params[name]}'"
+        for name in names
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE page AS {sql}")
+        return "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE page({values})"))
 
 
 @pytest.mark.postgres_only
@@ -141,3 +151,33 @@ async def test_the_lists_are_index_scans_in_order(migrated_pg_url: str) -> None:
     ):
         plan = _plan(migrated_pg_url, query)
         assert f"ix___agents_approval_decisions_{index}" in plan and "Seq Scan" not in plan
+
+
+async def test_the_purge_goes_in_small_batches_oldest_first(store: SessionStore) -> None:
+    now = now_ms()
+    await write(store, [row(i, now - 10 * DAY_MS - i) for i in range(23)])
+    await write(store, [row(100 + i, now - i) for i in range(4)])
+    assert await decisions.purge_batch(store, now - DAY_MS, batch=5) == 5
+    left = await list_decisions(store, DecisionQuery(limit=500))
+    # The oldest five went first (row 22 is the oldest).
+    assert {d.approval_id for d in left.decisions}.isdisjoint({f"r::c{i}" for i in range(18, 23)})
+    assert await decisions.purge_decisions(store, now - DAY_MS, batch=5) == 18
+    left = await list_decisions(store, DecisionQuery(limit=500))
+    assert len(left.decisions) == 4
+
+
+@pytest.mark.postgres_only
+async def test_two_sweepers_delete_each_decision_once(migrated_pg_url: str) -> None:
+    first, second = SessionStore.from_url(migrated_pg_url), SessionStore.from_url(migrated_pg_url)
+    try:
+        now = now_ms()
+        await write(first, [row(i, now - 30 * DAY_MS - i) for i in range(1_200)])
+        deleted = await asyncio.gather(
+            decisions.purge_decisions(first, now - DAY_MS, batch=40),
+            decisions.purge_decisions(second, now - DAY_MS, batch=40),
+        )
+        assert sum(deleted) == 1_200, deleted
+        assert (await list_decisions(first, DecisionQuery())).decisions == []
+    finally:
+        await first.close()
+        await second.close()

@@ -148,7 +148,13 @@ async def _launch(rt: AgentRuntime) -> None:
     rt._keeper = DeadlineKeeper(ctx, s.deadline_keeper_seconds)
     rt._keeper.start()
     persistent_agents = frozenset(a.name for a in rt.registry if a.persistent)
-    retention = Retention(s.retention_seconds, dict(s.retention_by_agent), persistent_agents)
+    decisions = s.decision_retention_days
+    retention = Retention(
+        s.retention_seconds,
+        dict(s.retention_by_agent),
+        persistent_agents,
+        decisions=None if decisions is None else decisions * 86_400,
+    )
     schema = str(s.extra_dbos_config.get("dbos_system_schema", "dbos"))
     rt._sweeper = RetentionSweeper(store, retention, s.retention_sweep_seconds, schema)
     rt._sweeper.start()

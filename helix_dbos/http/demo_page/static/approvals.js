@@ -15,13 +15,22 @@
 // Step 1 is skipped when the browser holds session tokens (the server uses them) or when it
 // was refused before ('helix-dbos-demo-approvals-mode'): no request is sent to be refused,
 // and the browser's console stays clean. Each approval is answered with the credential that
-// listed it. The chat page and this one tell each other, on a BroadcastChannel, when they
+// listed it.
+//
+// Approver tokens name who decides (a principal, a tenant, roles), which an approval policy's
+// quorum or four eyes need and a session token cannot give. The demo prints an address of
+// this page holding two of them (inbox#approvers=<token>,<token>: a fragment, never sent to
+// the server); the page keeps them in localStorage ('helix-dbos-demo-approvers') and offers
+// "Approve as" each one's principal. With one chosen it lists its tenant's approvals with
+// that token and answers with it, so two people's approvals can reach a quorum of two. The chat page and this one tell each other, on a BroadcastChannel, when they
 // answer an approval, so the other shows it at once.
 'use strict';
 
 (() => {
   const HELD_KEY = 'helix-dbos-demo-sessions';
   const MODE_KEY = 'helix-dbos-demo-approvals-mode';
+  const APPROVERS_KEY = 'helix-dbos-demo-approvers';
+  const APPROVE_AS_KEY = 'helix-dbos-demo-approve-as';
   const channel = 'BroadcastChannel' in window ? new BroadcastChannel('helix-dbos-demo') : null;
   const PAGE_SIZE = 100;
   const POLL_MS = 5000;
@@ -34,6 +43,8 @@
     status: $('inbox-status'),
     scope: $('scope'),
     refresh: $('refresh'),
+    approver: $('approver'),
+    approveAs: $('approve-as'),
   };
 
   // -- the sessions this browser holds a token for -------------------------------------------
@@ -54,6 +65,74 @@
     } catch (_) {
       // Storage disabled: nothing was held either.
     }
+  }
+
+  // -- the approver tokens this browser holds -------------------------------------------------
+
+  // What an approver token says about itself: its payload is base64url JSON (the server
+  // checks the signature; the page only shows the principal and drops expired tokens).
+  function claimsOf(token) {
+    try {
+      const payload = token.split('.')[0].replace(/-/g, '+').replace(/_/g, '/');
+      const claims = JSON.parse(atob(payload + '='.repeat((4 - (payload.length % 4)) % 4)));
+      if (claims.role !== 'approver' || typeof claims.tenant !== 'string') return null;
+      if (typeof claims.exp !== 'number' || claims.exp * 1000 <= Date.now()) return null;
+      return { token, principal: claims.sub || '(no principal)', tenant: claims.tenant };
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function readStored(key) {
+    try {
+      return localStorage.getItem(key);
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function writeStored(key, value) {
+    try {
+      localStorage.setItem(key, value);
+    } catch (_) {
+      // Storage disabled: the page holds them for this visit only.
+    }
+  }
+
+  let approvers = [];
+
+  // The tokens of the address (#approvers=a,b) replace those held before; the address is
+  // cleaned at once, so the tokens do not stay in the location bar or the history.
+  function loadApprovers() {
+    const fragment = new URLSearchParams(location.hash.slice(1)).get('approvers');
+    let tokens;
+    if (fragment) {
+      tokens = fragment.split(',').filter(Boolean);
+      writeStored(APPROVERS_KEY, JSON.stringify(tokens));
+      history.replaceState(null, '', location.pathname + location.search);
+    } else {
+      try {
+        tokens = JSON.parse(readStored(APPROVERS_KEY) || '[]');
+      } catch (_) {
+        tokens = [];
+      }
+    }
+    approvers = (Array.isArray(tokens) ? tokens : []).map(claimsOf).filter(Boolean);
+    const chosen = readStored(APPROVE_AS_KEY);
+    els.approveAs.replaceChildren(
+      ...approvers.map((a) => {
+        const option = document.createElement('option');
+        option.value = a.principal;
+        option.textContent = a.principal;
+        option.selected = a.principal === chosen;
+        return option;
+      }),
+    );
+    els.approver.hidden = approvers.length === 0;
+  }
+
+  function approver() {
+    return approvers.find((a) => a.principal === els.approveAs.value) || approvers[0] || null;
   }
 
   // -- HTTP -----------------------------------------------------------------------------------
@@ -109,6 +188,20 @@
 
   // Every approval the page may see, each with the token that answers it, oldest first.
   async function listAll() {
+    const as = approver();
+    if (as) {
+      // The chosen approver's tenant, with its token: what it may decide.
+      try {
+        const page = await getApprovals({}, as.token);
+        const items = page.approvals.map((a) => ({ ...a, token: as.token }));
+        return { mode: 'approver', approver: as, more: Boolean(page.nextCursor), items };
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 401)) throw error;
+        // Signed with another secret (the demo started over): forget the approvers.
+        writeStored(APPROVERS_KEY, '[]');
+        loadApprovers();
+      }
+    }
     const withTokens = heldSessions().some((h) => h.token) || storedMode() === 'tokens';
     if (!withTokens) {
       try {
@@ -243,19 +336,27 @@
         const answered = await answer(li.approval, approved, reason.value.trim());
         const counted = answered.continuation && answered.continuation.kind === 'awaiting_quorum';
         outcome.classList.add(approved ? 'ok' : 'bad');
+        const as = approver();
+        const by = as ? ` as ${as.principal}` : '';
         outcome.textContent = counted
-          ? 'Approved; the quorum waits for more approvers.'
+          ? `Approved${by}; the quorum waits for more approvers.`
           : approved
-            ? 'Approved.'
-            : 'Denied.';
-        li.doneAt = Date.now();
-        li.classList.add('decided');
+            ? `Approved${by}.`
+            : `Denied${by}.`;
+        if (counted) {
+          // The call still waits: another approver (Approve as) may approve it now.
+          approve.disabled = deny.disabled = reason.disabled = false;
+        } else {
+          li.doneAt = Date.now();
+          li.classList.add('decided');
+        }
         if (channel) {
           channel.postMessage({
             type: 'approval-answered',
             sessionId: li.approval.rootSessionId,
           });
         }
+        if (counted) refresh(); // the card shows the quorum's new count
       } catch (error) {
         if (error instanceof ApiError && error.code === 'unknown_tool_call') {
           // Answered elsewhere, stopped or lapsed meanwhile: nothing to decide any more.
@@ -316,15 +417,22 @@
       (n === 0 ? 'No approval is waiting.' : `${n} approval${plural} waiting${more}.`) + answered,
     );
     els.scope.textContent =
-      listing.mode === 'open'
-        ? 'Every session of this server.'
-        : `The server uses session tokens: the approvals of the ${listing.sessions} ` +
-          `conversation${listing.sessions === 1 ? '' : 's'} this browser started.`;
+      listing.mode === 'approver'
+        ? `Approving as ${listing.approver.principal}: the approvals of tenant ` +
+          `${listing.approver.tenant}, with an approver token.`
+        : listing.mode === 'open'
+          ? 'Every session of this server.'
+          : `The server uses session tokens: the approvals of the ${listing.sessions} ` +
+            `conversation${listing.sessions === 1 ? '' : 's'} this browser started.`;
   }
 
   let loading = false;
+  let again = false;
   async function refresh(keepDecided = true) {
-    if (loading) return;
+    if (loading) {
+      again = true; // asked while a listing runs: list once more after it
+      return;
+    }
     loading = true;
     try {
       const listedAt = Date.now();
@@ -334,9 +442,17 @@
     } finally {
       loading = false;
     }
+    if (again) {
+      again = false;
+      refresh(keepDecided);
+    }
   }
 
   els.refresh.addEventListener('click', () => refresh(false));
+  els.approveAs.addEventListener('change', () => {
+    writeStored(APPROVE_AS_KEY, els.approveAs.value);
+    refresh();
+  });
   if (channel) {
     // The chat answered one: list again now, not at the next poll.
     channel.onmessage = (message) => {
@@ -346,5 +462,6 @@
   setInterval(() => {
     if (document.visibilityState === 'visible') refresh();
   }, POLL_MS);
+  loadApprovers();
   refresh();
 })();

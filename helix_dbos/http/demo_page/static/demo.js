@@ -243,6 +243,9 @@
       case 'tool_approval_request':
         remember({ ...data, kind: 'approval' });
         break;
+      case 'tool_approval_counted': // an approval a quorum counted: the call still waits
+        quorumProgress(data);
+        break;
       case 'pending': // a reconnect to a session that waits: the calls it waits on, sent
         // after the events the stream replays (so a known call is already remembered)
         for (const call of data.toolCalls || []) remember(call);
@@ -313,8 +316,37 @@
     const outcome = document.createElement('p');
     outcome.className = 'outcome';
     actions.append(approve, deny);
-    li.append(title, input, actions, outcome);
+    const policy = call.policy || {};
+    if (Number(policy.quorum || 1) > 1 || policy.fourEyes) {
+      // A decider with a name is needed (a quorum counts people; four eyes bars the asker):
+      // this page's session token names nobody, the approvals page's approver tokens do.
+      const note = document.createElement('p');
+      note.className = 'quorum';
+      const needed = Number(policy.quorum || 1);
+      const who = needed > 1 ? `${needed} approvers` : 'an approver';
+      note.append(`Needs ${who}${policy.fourEyes ? ', not you' : ''}: approve it in `);
+      const link = document.createElement('a');
+      link.href = 'inbox';
+      link.target = '_blank';
+      link.textContent = 'Approvals';
+      note.append(link, '.');
+      li.append(title, input, note, outcome);
+    } else {
+      li.append(title, input, actions, outcome);
+    }
     return li;
+  }
+
+  // "Approved by 1 of 2 (ann)": a quorum's progress on its card, as the approvals come.
+  function quorumProgress(data) {
+    const li = view.toolEntries.get(data.toolCallId);
+    if (!li || !li.classList.contains('approval')) return;
+    const outcome = li.querySelector('.outcome');
+    if (!outcome) return;
+    const names = (data.approvers || []).filter(Boolean).join(', ');
+    outcome.textContent =
+      `Approved by ${data.approvals} of ${data.needed}` +
+      `${names ? ` (${names})` : ''}; waiting for more approvers.`;
   }
 
   function cardOutcome(li, text, ok) {
