@@ -382,7 +382,9 @@ async def purge_batch(store: SessionStore, before: int, batch: int = PURGE_BATCH
     """One transaction: delete up to ``batch`` decisions made before ``before`` (epoch ms)
     whose approval no longer waits. Returns how many it deleted."""
     async with store.transaction() as conn:
-        ids = [r[0] for r in await conn.execute(_purgeable(before, batch, backend_of(conn).row_locks))]
+        ids = [
+            r[0] for r in await conn.execute(_purgeable(before, batch, backend_of(conn).row_locks))
+        ]
         if not ids:
             return 0
         done = await conn.execute(_d.delete().where(_d.c.id.in_(ids)))
