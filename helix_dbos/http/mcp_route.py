@@ -288,16 +288,18 @@ class MCPEndpoint:
 
 
 def mount_mcp(app: Any, endpoint: MCPEndpoint) -> None:
-    """Serve ``endpoint`` at ``/mcp`` of a FastAPI ``app``, its transport running in the
-    app's lifespan (inside the lifespan the app already has)."""
+    """Serve ``endpoint`` at ``/mcp`` of a FastAPI ``app`` or ``APIRouter``, its transport
+    running in the lifespan (inside the lifespan it already has). A router's lifespan runs in
+    the lifespan of the app that includes it (FastAPI merges them)."""
     from starlette.routing import Route
 
-    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
-    inner = app.router.lifespan_context
+    router = getattr(app, "router", app)
+    router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
+    inner = router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(served: Any) -> AsyncIterator[Any]:
         async with inner(served) as state, endpoint.running():
             yield state
 
-    app.router.lifespan_context = lifespan
+    router.lifespan_context = lifespan

@@ -26,7 +26,9 @@ __all__ = [
     "TaskParams",
     "TaskUpdateParams",
     "input_requests",
+    "QUORUM_META_KEY",
     "parse_task_id",
+    "request_key",
     "submit_answers",
     "task_body",
     "task_id",
@@ -120,39 +122,87 @@ def task_body(tid: str, view: dict[str, Any], created_ms: int) -> dict[str, Any]
     return body
 
 
+#: The ``_meta`` key of an approval's quorum progress in its elicitation request.
+QUORUM_META_KEY = "io.helix-dbos/quorum"
+
+
+def request_key(call: dict[str, Any]) -> str:
+    """The ``inputRequests`` key of a pending call: its id, and for a server tool's later
+    round of questions ``<id>#<round>`` (a key names one question for the task's life)."""
+    shown = call["input"] if isinstance(call["input"], dict) else {}
+    round_ = shown.get("round") if "inputRequests" in shown else None
+    return (
+        f"{call['toolCallId']}#{round_}"
+        if isinstance(round_, int) and round_ > 1
+        else call["toolCallId"]
+    )
+
+
 async def input_requests(rt: AgentRuntime, view: dict[str, Any]) -> dict[str, Any]:
-    """Each unanswered call of the parked turn as an elicitation form, under its call's id
-    (unique for the task's life): an approval asks for a decision, a client call for the
-    tool's output."""
+    """Each unanswered call of the parked turn as an elicitation form, under its key
+    (``request_key``): an approval asks for a decision (with its quorum's progress when it
+    needs several approvers), a client call for the tool's output, a server tool that asked
+    (``runtime/asks.py``) its own form."""
     found: dict[str, Any] = {}
     for call in view["pendingToolCalls"]:
         if "submittedAt" in call:
             continue
         asked = _asked(call)
         if asked is not None:  # a server tool's own form (an MCP tool's input_required)
-            found[call["toolCallId"]] = asked
+            found[request_key(call)] = asked
             continue
+        meta: dict[str, Any] | None = None
         if call["kind"] == "approval":
             message = f"Approve {call['toolName']} with {json.dumps(call['input'])}?"
             schema = APPROVAL_SCHEMA
+            quorum = await _quorum(rt, call)
+            if quorum is not None:
+                message += f" ({quorum['text']} approvals)"
+                meta = {QUORUM_META_KEY: quorum}
         else:
             message = f"{call['toolName']} {json.dumps(call['input'])}"
             schema = await _output_schema(rt, call["ownerSessionId"], call["toolName"])
-        request = types.ElicitRequest(
-            params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
-        )
-        found[call["toolCallId"]] = request.model_dump(
-            mode="json", by_alias=True, exclude_none=True
-        )
+        params = types.ElicitRequestFormParams(message=message, requested_schema=schema)
+        if meta is not None:
+            params = params.model_copy(update={"meta": meta})
+        request = types.ElicitRequest(params=params)
+        found[request_key(call)] = request.model_dump(mode="json", by_alias=True, exclude_none=True)
     return found
+
+
+async def _quorum(rt: AgentRuntime, call: dict[str, Any]) -> dict[str, Any] | None:
+    """An approval's quorum progress, ``{approvals, needed, approvers, text ("1 of 2")}``
+    as the inbox shows it; ``None`` for an approval one approver decides."""
+    state = await rt.session(call["ownerSessionId"])
+    entry = state.pending.get(call["toolCallId"])
+    policy = entry.policy if entry is not None else None
+    if not policy or int(policy.get("quorum", 1)) <= 1:
+        return None
+    votes = policy.get("votes") or []
+    needed = int(policy["quorum"])
+    return {
+        "approvals": len(votes),
+        "needed": needed,
+        "approvers": [v.get("principal") for v in votes],
+        "text": f"{len(votes)} of {needed}",
+    }
 
 
 def _asked(call: dict[str, Any]) -> dict[str, Any] | None:
     """The form of a call whose server tool asked one question (``runtime/asks.py``)."""
-    given = call["input"].get("inputRequests") if isinstance(call["input"], dict) else None
-    if call["kind"] != "client" or not isinstance(given, dict) or len(given) != 1:
+    shown = call["input"] if isinstance(call["input"], dict) else {}
+    given = shown.get("inputRequests") if "arguments" in shown else None
+    if not isinstance(given, dict) or len(given) != 1:
         return None
     return next(iter(given.values()))  # type: ignore[no-any-return]
+
+
+def _confirmed(call: dict[str, Any], action: Any, content: dict[str, Any]) -> bool:
+    """Whether the response to a server tool's confirmation (an approval) confirms: an
+    accept whose one boolean field is true."""
+    form = next(iter(call["input"]["inputRequests"].values()))
+    fields = form["params"]["requestedSchema"]["properties"]
+    return action == "accept" and content.get(next(iter(fields))) is True
 
 
 async def _output_schema(rt: AgentRuntime, owner: str, tool_name: str) -> dict[str, Any]:
@@ -171,34 +221,43 @@ async def submit_answers(
     rt: AgentRuntime, session_id: str, view: dict[str, Any], responses: dict[str, dict[str, Any]]
 ) -> dict[str, str]:
     """Submit each answer through the ordinary submit (fencing, idempotency, size limits,
-    validation); an answer to no pending call of the task is refused by the submit itself.
+    validation); an answer to no pending call of the task is refused by the submit itself,
+    and one to a server tool's earlier round of questions answers ``already_completed``.
     Returns each key's submit status.
 
     Raises:
         HelixError: what the submit refused (an invalid result, a forged approval, ...).
     """
-    calls = {c["toolCallId"]: c for c in view["pendingToolCalls"]}
+    calls = {request_key(c): c for c in view["pendingToolCalls"]}
     answered: dict[str, str] = {}
     for key, response in responses.items():
         call = calls.get(key)
+        tcid = call["toolCallId"] if call is not None else key.partition("#")[0]
+        if call is None and any(c["toolCallId"] == tcid for c in calls.values()):
+            answered[key] = "already_completed"  # a round of questions already answered
+            continue
         action = response.get("action")
         content = response.get("content") or {}
         if call is not None and call["kind"] == "approval":
-            approved = action == "accept" and content.get("approved", True) is True
-            reason = content.get("reason") or (None if approved else f"the user chose {action}")
+            if _asked(call) is not None:  # a server tool's confirmation
+                approved = _confirmed(call, action, content)
+                reason = None if approved else f"the user chose {action}"
+            else:
+                approved = action == "accept" and content.get("approved", True) is True
+                reason = content.get("reason") or (None if approved else f"the user chose {action}")
             answer = await rt.submit_tool_result(
                 session_id,
-                key,
+                tcid,
                 kind="approval-response",
                 approval_id=call.get("approvalId"),
                 approved=approved,
                 reason=reason,
             )
         elif call is not None and _asked(call) is not None:  # the tool takes the response
-            answer = await rt.submit_tool_result(session_id, key, result=response)
+            answer = await rt.submit_tool_result(session_id, tcid, result=response)
         elif action == "accept":
-            answer = await rt.submit_tool_result(session_id, key, result=content)
+            answer = await rt.submit_tool_result(session_id, tcid, result=content)
         else:
-            answer = await rt.submit_tool_result(session_id, key, error=f"the user chose {action}")
+            answer = await rt.submit_tool_result(session_id, tcid, error=f"the user chose {action}")
         answered[key] = answer.status
     return answered
