@@ -36,6 +36,7 @@ from .auth import (
     AuthHook,
     TokenIssuer,
     refuse_unless_authenticated,
+    request_decider,
     run_authenticate,
     set_request_context,
 )
@@ -192,14 +193,16 @@ class MCPEndpoint:
         if parsed is None:
             raise MCPError(code=types.INVALID_PARAMS, message="Unknown requestState")
         session_id = parsed[0]
-        await self._authorize(ctx, "submit-tool-result", session_id)
+        request = await self._authorize(ctx, "submit-tool-result", session_id)
         responses = {
             key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
             for key, value in (params.input_responses or {}).items()
         }
         view = await self.runtime.status(session_id)
         try:
-            await submit_answers(self.runtime, session_id, view, responses)
+            await submit_answers(
+                self.runtime, session_id, view, responses, request_decider(request)
+            )
         except HelixError as exc:
             raise _refused(exc) from None
         return await self._answer(session_id, state)
@@ -273,7 +276,9 @@ class MCPEndpoint:
         session_id, _created = await self._task(ctx, params, "submit-tool-result")
         try:
             view = await self.runtime.status(session_id)
-            answered = await submit_answers(self.runtime, session_id, view, params.input_responses)
+            answered = await submit_answers(
+                self.runtime, session_id, view, params.input_responses, request_decider(ctx.request)
+            )
         except HelixError as exc:
             raise _refused(exc) from None
         return {"_meta": {"io.helix-dbos/answers": answered}}

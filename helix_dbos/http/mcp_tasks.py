@@ -17,6 +17,7 @@ from typing import Any, Literal
 import mcp_types as types
 from pydantic import Field
 
+from ..core.approval_policy import Decider
 from ..core.clock import now_ms
 from ..runtime import AgentRuntime
 
@@ -218,12 +219,17 @@ async def _output_schema(rt: AgentRuntime, owner: str, tool_name: str) -> dict[s
 
 
 async def submit_answers(
-    rt: AgentRuntime, session_id: str, view: dict[str, Any], responses: dict[str, dict[str, Any]]
+    rt: AgentRuntime,
+    session_id: str,
+    view: dict[str, Any],
+    responses: dict[str, dict[str, Any]],
+    decider: Decider | None = None,
 ) -> dict[str, str]:
     """Submit each answer through the ordinary submit (fencing, idempotency, size limits,
     validation); an answer to no pending call of the task is refused by the submit itself,
     and one to a server tool's earlier round of questions answers ``already_completed``.
-    Returns each key's submit status.
+    ``decider``: who answers, as the request's authentication established it (an approval's
+    decider, counted by a quorum and recorded). Returns each key's submit status.
 
     Raises:
         HelixError: what the submit refused (an invalid result, a forged approval, ...).
@@ -252,11 +258,16 @@ async def submit_answers(
                 approval_id=call.get("approvalId"),
                 approved=approved,
                 reason=reason,
+                decider=decider,
             )
         elif call is not None and _asked(call) is not None:  # the tool takes the response
-            answer = await rt.submit_tool_result(session_id, tcid, result=response)
+            answer = await rt.submit_tool_result(
+                session_id, tcid, result=response, decider=decider
+            )
         elif action == "accept":
-            answer = await rt.submit_tool_result(session_id, tcid, result=content)
+            answer = await rt.submit_tool_result(
+                session_id, tcid, result=content, decider=decider
+            )
         else:
             answer = await rt.submit_tool_result(session_id, tcid, error=f"the user chose {action}")
         answered[key] = answer.status
