@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import mcp_types as types
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from ..core.approval_policy import Decider
 from ..core.clock import now_ms
@@ -55,9 +55,23 @@ TaskStatus = Literal["working", "input_required", "completed", "failed", "cancel
 
 
 class TaskParams(types.RequestParams):
-    """``tasks/get`` and ``tasks/cancel``: the task named."""
+    """``tasks/get`` and ``tasks/cancel``: the task named. One spelling per field (the
+    extension's camelCase; ``task_id`` is refused) and no undocumented name, as every body
+    our routes accept."""
+
+    model_config = ConfigDict(populate_by_name=False)
 
     task_id: str = Field(max_length=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _documented_names_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = {field.alias or name for name, field in cls.model_fields.items()}
+            unknown = sorted(set(data) - known)
+            if unknown:
+                raise ValueError(f"unknown fields: {', '.join(unknown)}")
+        return data
 
 
 class TaskUpdateParams(TaskParams):
@@ -261,13 +275,9 @@ async def submit_answers(
                 decider=decider,
             )
         elif call is not None and _asked(call) is not None:  # the tool takes the response
-            answer = await rt.submit_tool_result(
-                session_id, tcid, result=response, decider=decider
-            )
+            answer = await rt.submit_tool_result(session_id, tcid, result=response, decider=decider)
         elif action == "accept":
-            answer = await rt.submit_tool_result(
-                session_id, tcid, result=content, decider=decider
-            )
+            answer = await rt.submit_tool_result(session_id, tcid, result=content, decider=decider)
         else:
             answer = await rt.submit_tool_result(session_id, tcid, error=f"the user chose {action}")
         answered[key] = answer.status
