@@ -187,6 +187,7 @@ class AguiRun:
         self._kinds: dict[str, str] = {}
         self._quiet_texts: set[str] = set()
         self._ends: dict[str, Mapping[str, Any]] = {}
+        self._calls: set[str] = set()
 
     @property
     def turn_stopped(self) -> bool:
@@ -326,8 +327,11 @@ class AguiRun:
 
     def _call(self, chunk: Chunk) -> list[BaseEvent]:
         call_id = str(chunk["toolCallId"])
-        if call_id in self.known.tool_call_ids:
+        if call_id in self.known.tool_call_ids or call_id in self._calls:
+            # Shown already: a server tool that then asked a person is one call (its
+            # questions follow as ``helix.input_request``), not a second start.
             return []
+        self._calls.add(call_id)
         meta = {"kind": self._kinds.get(call_id, "client")}
         return [
             ToolCallStartEvent(
