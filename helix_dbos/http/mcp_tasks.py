@@ -256,29 +256,43 @@ async def submit_answers(
         if call is None and any(c["toolCallId"] == tcid for c in calls.values()):
             answered[key] = "already_completed"  # a round of questions already answered
             continue
-        action = response.get("action")
-        content = response.get("content") or {}
-        if call is not None and call["kind"] == "approval":
-            if _asked(call) is not None:  # a server tool's confirmation
-                approved = _confirmed(call, action, content)
-                reason = None if approved else f"the user chose {action}"
-            else:
-                approved = action == "accept" and content.get("approved", True) is True
-                reason = content.get("reason") or (None if approved else f"the user chose {action}")
-            answer = await rt.submit_tool_result(
-                session_id,
-                tcid,
-                kind="approval-response",
-                approval_id=call.get("approvalId"),
-                approved=approved,
-                reason=reason,
-                decider=decider,
-            )
-        elif call is not None and _asked(call) is not None:  # the tool takes the response
-            answer = await rt.submit_tool_result(session_id, tcid, result=response, decider=decider)
-        elif action == "accept":
-            answer = await rt.submit_tool_result(session_id, tcid, result=content, decider=decider)
-        else:
-            answer = await rt.submit_tool_result(session_id, tcid, error=f"the user chose {action}")
+        answer = await _submit_one(rt, session_id, tcid, call, response, decider)
         answered[key] = answer.status
     return answered
+
+
+async def _submit_one(
+    rt: AgentRuntime,
+    session_id: str,
+    tcid: str,
+    call: dict[str, Any] | None,
+    response: dict[str, Any],
+    decider: Decider | None,
+) -> Any:
+    """One answer as the submit it is: an approval's decision, a server tool's response as
+    is, a client tool's content (an accept) or error (a decline or cancel)."""
+    action = response.get("action")
+    content = response.get("content") or {}
+    if call is not None and call["kind"] == "approval":
+        if _asked(call) is not None:  # a server tool's confirmation
+            approved = _confirmed(call, action, content)
+            reason = None if approved else f"the user chose {action}"
+        else:
+            approved = action == "accept" and content.get("approved", True) is True
+            reason = content.get("reason") or (None if approved else f"the user chose {action}")
+        return await rt.submit_tool_result(
+            session_id,
+            tcid,
+            kind="approval-response",
+            approval_id=call.get("approvalId"),
+            approved=approved,
+            reason=reason,
+            decider=decider,
+        )
+    if call is not None and _asked(call) is not None:  # the tool takes the response
+        return await rt.submit_tool_result(session_id, tcid, result=response, decider=decider)
+    if action == "accept":
+        return await rt.submit_tool_result(session_id, tcid, result=content, decider=decider)
+    return await rt.submit_tool_result(
+        session_id, tcid, error=f"the user chose {action}", decider=decider
+    )
