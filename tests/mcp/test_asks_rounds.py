@@ -12,9 +12,11 @@ reads and no second call.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 
 from helix_dbos.core.agents import define_agent
@@ -27,22 +29,38 @@ from tests.mcp.test_toolset import files, script
 from tests.support.asgi import client_for
 
 
-async def _assistant(make_runtime: Any, journal: Journal) -> AgentRuntime:
-    agent = define_agent("assistant", llm=ScriptedLLM(script), tools=[files(journal)])
+async def _assistant(
+    make_runtime: Any, journal: Journal, hibernate_after: float | None = None
+) -> AgentRuntime:
+    agent = define_agent(
+        "assistant",
+        llm=ScriptedLLM(script),
+        tools=[files(journal)],
+        hibernate_after=hibernate_after,
+    )
     runtime: AgentRuntime = await make_runtime([agent])
     return runtime
 
 
+@pytest.mark.parametrize("hibernate_after", [None, 0], ids=["live", "hibernated"])
 async def test_a_tool_that_asks_again_parks_again_and_completes(
-    make_runtime: Any, journal: Journal
+    make_runtime: Any, journal: Journal, hibernate_after: float | None
 ) -> None:
     """``survey`` asks a name, then (with the request state of its first answer) a colour:
     the turn parks on the call twice, each round a pending entry of its own round with its
     own form, and the model reads the third call's answer. The server saw each round's
-    request state, as it returned it."""
-    rt = await _assistant(make_runtime, journal)
+    request state, as it returned it. The same when the turn hibernated on the first round:
+    its continuation parks on the second (the row names the continuation, which the second
+    answer wakes)."""
+    rt = await _assistant(make_runtime, journal, hibernate_after)
     handle = await rt.start("assistant", json.dumps([["files__survey", {}]]))
     [first] = await rt.wait_for_pending(handle.session_id)
+    if hibernate_after == 0:  # the hibernate commit lands just after the park
+        for _ in range(200):
+            if "hibernated" in (await rt.session(handle.session_id)).metadata:
+                break
+            await asyncio.sleep(0.05)
+        assert "hibernated" in (await rt.session(handle.session_id)).metadata
     assert first["input"]["round"] == 1 and list(first["input"]["inputRequests"]) == ["name"]
     view = await rt.status(handle.session_id)
     assert request_key(first) == first["toolCallId"]
@@ -54,6 +72,7 @@ async def test_a_tool_that_asks_again_parks_again_and_completes(
 
     [second] = await rt.wait_for_pending(handle.session_id)
     assert second["toolCallId"] == first["toolCallId"] and second["input"]["round"] == 2
+    assert "hibernated" not in (await rt.session(handle.session_id)).metadata
     form = second["input"]["inputRequests"]["colour"]
     assert form["params"]["message"] == "Favourite colour of Ada?"
     assert second["deadlineAt"] >= first["deadlineAt"]
@@ -69,7 +88,10 @@ async def test_a_tool_that_asks_again_parks_again_and_completes(
     fresh = {key: {"action": "accept", "content": {"colour": "green"}}}
     assert await submit_answers(rt, handle.session_id, status, fresh) == {key: "accepted"}
 
-    assert (await handle.result())["text"] == 'ok: {"result": "Ada likes green"}'
+    view = await rt.wait(handle.session_id, timeout=60)
+    assert view["status"] == "completed", view
+    history = await rt.messages(handle.session_id)
+    assert history[-1].content == 'ok: {"result": "Ada likes green"}'
     calls = journal.calls("survey")
     assert [(c["args"]["answered"], c["args"]["state"]) for c in calls] == [
         ([], ""),
