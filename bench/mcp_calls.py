@@ -12,6 +12,10 @@
 2. **``tasks/update`` -> a ``tasks/get`` that reads ``completed``** for a turn parked on an
    approval, over HTTP (uvicorn in this process, the SDK's client): the clock starts as the
    update is sent and stops when a ``tasks/get`` (sent back to back) reads ``completed``.
+   Beside it, the parts: ``tasks/update`` alone, and the same approval answered through the
+   Python API (``submit_tool_result``) until ``status`` reads ``completed``: the turn's own
+   continuation (the wake-up, the answers read, the approved tool's recorded step, the
+   results commit, the model's reply and the turn's end), which MCP does not change.
 """
 
 from __future__ import annotations
@@ -101,10 +105,11 @@ async def turns(rt: AgentRuntime, agent: str, calls: int) -> list[float]:
     return times
 
 
-async def tasks(rt: AgentRuntime, count: int) -> list[float]:
+async def tasks(rt: AgentRuntime, count: int) -> tuple[list[float], list[float]]:
     app = FastAPI()
     mount_mcp(app, MCPEndpoint(rt, allow_unauthenticated=True))
-    times = []
+    times: list[float] = []
+    updated: list[float] = []
     async with served(app) as url, connect(url, {}) as client:
         for _ in range(count + 1):
             created = await client.session.call_tool(
@@ -116,10 +121,31 @@ async def tasks(rt: AgentRuntime, count: int) -> list[float]:
             await update_task(
                 client, tid, {key: {"action": "accept", "content": {"approved": True}}}
             )
+            updated.append(time.perf_counter() - began)
             while (await get_task(client, tid))["status"] != "completed":
                 pass
             times.append(time.perf_counter() - began)
-    return times[1:]  # the first one warms the path
+    return times[1:], updated[1:]  # the first one warms the path
+
+
+async def submits(rt: AgentRuntime, count: int) -> list[float]:
+    """The same approval answered through the Python API, until the turn reads completed."""
+    times = []
+    for _ in range(count + 1):
+        handle = await rt.start("banker", "pay")
+        [pending] = await rt.wait_for_pending(handle.session_id)
+        began = time.perf_counter()
+        await rt.submit_tool_result(
+            handle.session_id,
+            pending["toolCallId"],
+            kind="approval-response",
+            approval_id=pending["approvalId"],
+            approved=True,
+        )
+        while (await rt.status(handle.session_id))["status"] != "completed":
+            pass
+        times.append(time.perf_counter() - began)
+    return times[1:]
 
 
 async def main(calls: int, count: int) -> None:
@@ -149,7 +175,10 @@ async def main(calls: int, count: int) -> None:
             async with AgentRuntime(agents, settings) as rt:
                 figures["turn+mcp"] = await turns(rt, "via_mcp", calls)
                 figures["turn+local"] = await turns(rt, "via_local", calls)
-                figures["tasks/update -> completed"] = await tasks(rt, count)
+                done, updated = await tasks(rt, count)
+                figures["tasks/update -> completed"] = done
+                figures["tasks/update alone"] = updated
+                figures["submit -> completed (API)"] = await submits(rt, count)
         for label, values in figures.items():
             print(f"{label:28} {p50(values)} (n={len(values)})")
         mcp, own = statistics.median(figures["turn+mcp"]), statistics.median(figures["turn+local"])

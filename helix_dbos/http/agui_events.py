@@ -15,6 +15,9 @@ messages the same way; this module renames its parts into AG-UI's events:
 * ``tool_end`` is ``TOOL_CALL_RESULT`` (``messageId`` ``result_<toolCallId>``): the output as
   JSON text, or the error text with ``metadata.errorCode``;
 * ``tool_approval_counted`` (a quorum's progress) is ``CUSTOM`` ``helix.approval_quorum``;
+* a server tool's questions (an MCP tool's ``input_required``, docs/mcp.md) follow its call
+  as ``CUSTOM`` ``helix.input_request`` (``{toolCallId, toolName, deadlineAt, inputRequests}``),
+  and a confirmation's interrupt says the tool's own message;
 * the run ends with ``STATE_SNAPSHOT`` (the session's status under ``helix``) and one terminal
   event read from the session's status: ``RUN_FINISHED`` with the outcome ``success`` (with
   ``pendingToolCallIds`` when the turn waits on client calls), ``interrupt`` (the approvals it
@@ -127,7 +130,7 @@ def interrupt_of(call: Mapping[str, Any]) -> Interrupt:
     return Interrupt(
         id=call["approvalId"],
         reason="tool_call",
-        message=f"Approve the call of {name}?",
+        message=_asked_message(args) or f"Approve the call of {name}?",
         tool_call_id=call["toolCallId"],
         response_schema=APPROVAL_RESPONSE_SCHEMA,
         expires_at=_iso(int(call["deadlineAt"])),
@@ -139,6 +142,16 @@ def interrupt_of(call: Mapping[str, Any]) -> Interrupt:
             "sessionId": call.get("ownerSessionId"),
         },
     )
+
+
+def _asked_message(args: Any) -> str | None:
+    """The message of a server tool's confirmation (docs/mcp.md), if ``args`` shows one."""
+    asked = args.get("inputRequests") if isinstance(args, Mapping) else None
+    if not isinstance(asked, Mapping) or len(asked) != 1:
+        return None
+    params = next(iter(asked.values())).get("params") or {}
+    message = params.get("message")
+    return message if isinstance(message, str) and message else None
 
 
 def refusal(
@@ -174,6 +187,7 @@ class AguiRun:
         self._kinds: dict[str, str] = {}
         self._quiet_texts: set[str] = set()
         self._ends: dict[str, Mapping[str, Any]] = {}
+        self._calls: set[str] = set()
 
     @property
     def turn_stopped(self) -> bool:
@@ -292,6 +306,9 @@ class AguiRun:
         if kind == "data-approval-quorum":
             # A quorum's progress: AG-UI's CUSTOM event ``helix.approval_quorum``.
             return [CustomEvent(name="helix.approval_quorum", value=chunk["data"])]
+        if kind == "data-input-request":
+            # A server tool's questions and the call's deadline: ``helix.input_request``.
+            return [CustomEvent(name="helix.input_request", value=chunk["data"])]
         # start/finish of steps and messages, approvals (interrupts come from the status),
         # error and abort (the terminal event comes from the status): nothing of their own.
         return []
@@ -310,8 +327,11 @@ class AguiRun:
 
     def _call(self, chunk: Chunk) -> list[BaseEvent]:
         call_id = str(chunk["toolCallId"])
-        if call_id in self.known.tool_call_ids:
+        if call_id in self.known.tool_call_ids or call_id in self._calls:
+            # Shown already: a server tool that then asked a person is one call (its
+            # questions follow as ``helix.input_request``), not a second start.
             return []
+        self._calls.add(call_id)
         meta = {"kind": self._kinds.get(call_id, "client")}
         return [
             ToolCallStartEvent(

@@ -11,7 +11,6 @@ Credentials in query strings (``?token=``) are masked in uvicorn's access log.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -246,7 +245,6 @@ def create_app(
     if chat and chat_agent_type is not None:
         # The Vercel AI SDK chat endpoint (POST /chat), behind the same authentication.
         app.include_router(create_chat_router(runtime, agent_type=chat_agent_type, **shared))
-    _serve_mcp(app, runtime, shared)
     app.state.runtime = runtime
     return app
 
@@ -278,23 +276,6 @@ def _records_tenant(tenant: str | None) -> AuthHook | None:
         return {"ok": True, "tenant": tenant}
 
     return start_in_tenant
-
-
-def _serve_mcp(app: FastAPI, runtime: AgentRuntime, shared: _RouterOptions) -> None:
-    """``POST /mcp`` (docs/mcp.md), behind the same authentication, when the ``mcp`` extra
-    is installed."""
-    if importlib.util.find_spec("mcp") is None:
-        return
-    from .mcp_route import MCPEndpoint, mount_mcp
-
-    endpoint = MCPEndpoint(
-        runtime,
-        authenticate=shared["authenticate"],
-        allow_unauthenticated=shared["allow_unauthenticated"],
-        service_name=shared["service_name"],
-        token_issuer=shared["token_issuer"],
-    )
-    mount_mcp(app, endpoint)
 
 
 def _runtime_for(

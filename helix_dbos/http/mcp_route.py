@@ -36,6 +36,7 @@ from .auth import (
     AuthHook,
     TokenIssuer,
     refuse_unless_authenticated,
+    request_decider,
     run_authenticate,
     set_request_context,
 )
@@ -53,7 +54,7 @@ from .mcp_tasks import (
 )
 from .scope import enforce_tenant, request_owner
 
-__all__ = ["SESSION_TOKEN_META_KEY", "MCPEndpoint", "mount_mcp"]
+__all__ = ["SESSION_TOKEN_META_KEY", "MCPEndpoint", "agent_arguments", "mount_mcp"]
 
 #: The ``_meta`` key of a new task's session token, on a server with session tokens.
 SESSION_TOKEN_META_KEY = "io.helix-dbos/sessionToken"
@@ -62,11 +63,35 @@ SESSION_TOKEN_META_KEY = "io.helix-dbos/sessionToken"
 WAIT_SECONDS = 60.0
 #: Seconds between two reads of the turn while such a call waits.
 POLL_SECONDS = 0.05
-_INPUT = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
+_INPUT = {
+    "type": "object",
+    "properties": {"message": {"type": "string"}},
+    "required": ["message"],
+    "additionalProperties": False,
+}
 _INPUT["properties"]["sessionId"] = {  # type: ignore[index]
     "type": "string",
     "description": "Continue this session (a new one when absent)",
 }
+
+
+def agent_arguments(args: dict[str, Any]) -> tuple[str, str | None]:
+    """An agent tool's arguments: its message and the session to continue (``None``: a new
+    one). One spelling per field, as every body our routes accept.
+
+    Raises:
+        MCPError: ``INVALID_PARAMS``: no message, a name the schema does not document
+            (``session_id`` included), or a value of the wrong type.
+    """
+    unknown = sorted(set(args) - {"message", "sessionId"})
+    if unknown:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown arguments: {unknown}")
+    message, session_id = args.get("message"), args.get("sessionId")
+    if not isinstance(message, str):
+        raise MCPError(code=types.INVALID_PARAMS, message="An agent's name and a message")
+    if session_id is not None and not isinstance(session_id, str):
+        raise MCPError(code=types.INVALID_PARAMS, message="sessionId is a string")
+    return message, session_id
 
 
 def _refused(exc: HelixError) -> MCPError:
@@ -111,16 +136,42 @@ class MCPEndpoint:
         server.add_request_handler("tasks/cancel", TaskParams, self._cancel)
         self.server = server
         self.manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+        self._started = False
+        self._starting = asyncio.Lock()
+        self._held: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app of ``/mcp`` (an object, not a function: Starlette serves it as is)."""
+        if not self._started:
+            await self._start_here()
         await self.manager.handle_request(scope, receive, send)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """What the SDK's transport runs while the app serves."""
+        """What the SDK's transport runs while the app serves (the app's lifespan)."""
+        if self._started:  # started by a request already (below): it runs on
+            yield
+            return
+        self._started = True
         async with self.manager.run():
             yield
+
+    async def _start_here(self) -> None:
+        """Start the transport at the first request of an app that runs no lifespan (an
+        embedding app served with its lifespan off): a task of this event loop holds it."""
+        async with self._starting:
+            if self._started:
+                return
+            self._started = True
+            ready = asyncio.Event()
+
+            async def hold() -> None:
+                async with self.manager.run():
+                    ready.set()
+                    await asyncio.Event().wait()  # for the life of the event loop
+
+            self._held = asyncio.get_running_loop().create_task(hold())
+            await ready.wait()
 
     # -- authorization -------------------------------------------------------------------
 
@@ -159,12 +210,9 @@ class MCPEndpoint:
     ) -> Any:
         if params.request_state is not None:
             return await self._retry(ctx, params, params.request_state)
-        args = params.arguments or {}
-        message, session_id = args.get("message"), args.get("sessionId")
-        if params.name not in self.runtime.registry or not isinstance(message, str):
+        if params.name not in self.runtime.registry:
             raise MCPError(code=types.INVALID_PARAMS, message="An agent's name and a message")
-        if session_id is not None and not isinstance(session_id, str):
-            raise MCPError(code=types.INVALID_PARAMS, message="sessionId is a string")
+        message, session_id = agent_arguments(params.arguments or {})
         request = await self._authorize(ctx, "resume" if session_id else "start", session_id)
         owner = request_owner(request)
         try:
@@ -192,14 +240,16 @@ class MCPEndpoint:
         if parsed is None:
             raise MCPError(code=types.INVALID_PARAMS, message="Unknown requestState")
         session_id = parsed[0]
-        await self._authorize(ctx, "submit-tool-result", session_id)
+        request = await self._authorize(ctx, "submit-tool-result", session_id)
         responses = {
             key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
             for key, value in (params.input_responses or {}).items()
         }
         view = await self.runtime.status(session_id)
         try:
-            await submit_answers(self.runtime, session_id, view, responses)
+            await submit_answers(
+                self.runtime, session_id, view, responses, request_decider(request)
+            )
         except HelixError as exc:
             raise _refused(exc) from None
         return await self._answer(session_id, state)
@@ -273,7 +323,9 @@ class MCPEndpoint:
         session_id, _created = await self._task(ctx, params, "submit-tool-result")
         try:
             view = await self.runtime.status(session_id)
-            answered = await submit_answers(self.runtime, session_id, view, params.input_responses)
+            answered = await submit_answers(
+                self.runtime, session_id, view, params.input_responses, request_decider(ctx.request)
+            )
         except HelixError as exc:
             raise _refused(exc) from None
         return {"_meta": {"io.helix-dbos/answers": answered}}
@@ -288,16 +340,18 @@ class MCPEndpoint:
 
 
 def mount_mcp(app: Any, endpoint: MCPEndpoint) -> None:
-    """Serve ``endpoint`` at ``/mcp`` of a FastAPI ``app``, its transport running in the
-    app's lifespan (inside the lifespan the app already has)."""
+    """Serve ``endpoint`` at ``/mcp`` of a FastAPI ``app`` or ``APIRouter``, its transport
+    running in the lifespan (inside the lifespan it already has). A router's lifespan runs in
+    the lifespan of the app that includes it (FastAPI merges them)."""
     from starlette.routing import Route
 
-    app.router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
-    inner = app.router.lifespan_context
+    router = getattr(app, "router", app)
+    router.routes.append(Route("/mcp", endpoint=endpoint, methods=["POST"]))
+    inner = router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(served: Any) -> AsyncIterator[Any]:
         async with inner(served) as state, endpoint.running():
             yield state
 
-    app.router.lifespan_context = lifespan
+    router.lifespan_context = lifespan

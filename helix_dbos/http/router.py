@@ -9,6 +9,7 @@ included over the same runtime, hook and rate limit.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
@@ -109,6 +110,7 @@ def create_router(
     verbose_validation_errors: bool = False,
     rate_limit_per_minute: int | SlidingWindowLimiter | None = None,
     token_issuer: TokenIssuer | None = None,
+    mcp: bool = True,
 ) -> APIRouter:
     """The agent server's routes over ``runtime``; include it in any FastAPI app.
 
@@ -127,6 +129,8 @@ def create_router(
             ``SlidingWindowLimiter`` to this router and ``create_chat_router`` to give each
             session one window across both.
         token_issuer: ``issue(session_id) -> token``; ``/start`` answers its ``token``.
+        mcp: serve ``POST /mcp`` (docs/mcp.md) when the ``mcp`` extra is installed; its
+            transport runs in the router's lifespan, which the including app runs.
 
     Raises:
         ConfigError: neither ``authenticate`` nor ``allow_unauthenticated=True``.
@@ -152,7 +156,33 @@ def create_router(
     router.include_router(create_agui_router(api))
     # The approval inbox (GET /approvals), behind the same hook.
     router.include_router(create_approvals_router(api))
+    if mcp:
+        _serve_mcp(router, runtime, authenticate, allow_unauthenticated, service_name, token_issuer)
     return router
+
+
+def _serve_mcp(
+    router: APIRouter,
+    runtime: AgentRuntime,
+    authenticate: AuthHook | None,
+    allow_unauthenticated: bool,
+    service_name: str | None,
+    token_issuer: TokenIssuer | None,
+) -> None:
+    """``POST /mcp`` (docs/mcp.md) on ``router``, behind the same authentication, when the
+    ``mcp`` extra is installed."""
+    if importlib.util.find_spec("mcp") is None:
+        return
+    from .mcp_route import MCPEndpoint, mount_mcp
+
+    endpoint = MCPEndpoint(
+        runtime,
+        authenticate=authenticate,
+        allow_unauthenticated=allow_unauthenticated,
+        service_name=service_name,
+        token_issuer=token_issuer,
+    )
+    mount_mcp(router, endpoint)
 
 
 def _add_turn_routes(

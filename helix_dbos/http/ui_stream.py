@@ -17,6 +17,9 @@ The mapping:
 * ``tool_start`` of a client call is ``tool-input-available``; of a server tool or a
   sub-agent, the same with ``providerExecuted: true`` (the client must not run it);
 * ``tool_approval_request`` is ``tool-input-available`` then ``tool-approval-request``;
+* either, for a server tool that asks a person first (an MCP tool's ``input_required``:
+  ``{"arguments", "inputRequests", "round"}`` as its input), is followed by a
+  ``data-input-request`` part: ``{toolCallId, toolName, deadlineAt, inputRequests}``;
 * ``tool_end``: an output is ``tool-output-available``; the error code (``errorCode``)
   ``approval_denied`` is ``tool-output-denied``; any other error is ``tool-output-error``
   with its text (``error``);
@@ -274,6 +277,9 @@ class UIMessageStream:
                     "toolCallId": tool_call_id,
                 }
             )
+        asked = _asked(data)
+        if asked is not None:
+            out.append({"type": "data-input-request", "data": asked})
         return out
 
     def _output(self, data: Mapping[str, Any]) -> list[Chunk]:
@@ -319,3 +325,17 @@ class UIMessageStream:
         if self.finished:
             return []
         return self._finish(reason)
+
+
+def _asked(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The questions of a call whose server tool asked a person (docs/mcp.md), with the
+    call's deadline; ``None`` for any other call."""
+    shown = data.get("input")
+    if not isinstance(shown, Mapping) or not {"arguments", "inputRequests"} <= shown.keys():
+        return None
+    return {
+        "toolCallId": data.get("toolCallId"),
+        "toolName": data.get("toolName"),
+        "deadlineAt": data.get("deadlineAt"),
+        "inputRequests": shown["inputRequests"],
+    }

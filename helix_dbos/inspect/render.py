@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -155,6 +156,24 @@ def _pending_lines(report: SessionReport) -> list[str]:
             f"owner={owner}"
         )
         out.append(f"      deadline {_deadline(call, report.at_ms)}  {answered}")
+        out += _asked_lines(call)
+    return out
+
+
+def _asked_lines(call: PendingCall) -> list[str]:
+    """A server tool's questions (an MCP tool's ``input_required``): each form's key, its
+    message and the schema it asks for."""
+    shown = call.input if isinstance(call.input, dict) else {}
+    asked = shown.get("inputRequests") if "arguments" in shown else None
+    if not isinstance(asked, dict):
+        return []
+    out = [
+        f"      asks (round {shown.get('round', 1)}), with arguments {json.dumps(shown['arguments'])}"
+    ]
+    for key, request in asked.items():
+        params = (request.get("params") or {}) if isinstance(request, dict) else {}
+        schema = json.dumps(params.get("requestedSchema"), sort_keys=True)
+        out.append(f"        {key}: {params.get('message', '')!r}  schema {schema}")
     return out
 
 

@@ -11,7 +11,7 @@ from ..core.messages import ToolCall
 from ..core.tools import Tool
 from .records import PlanItem, PlanKind
 
-__all__ = ["SUSPENDING_KINDS", "plan_calls"]
+__all__ = ["SUSPENDING_KINDS", "plan_calls", "waits"]
 
 #: Call kinds the turn parks on (the client answers, or a human approves).
 SUSPENDING_KINDS = ("client", "approval")
@@ -52,13 +52,13 @@ def _plan_call(agent: Agent, index: int, call: ToolCall) -> PlanItem:
     if tool.execution == "companion":
         return item("companion")
     if tool.execution == "client":
-        return _waits(item("client"), agent, tool)
+        return waits(item("client"), agent, tool)
     if tool.require_approval:
-        return _waits(item("approval"), agent, tool)
+        return waits(item("approval"), agent, tool)
     return item("server")
 
 
-def _waits(item: PlanItem, agent: Agent, tool: Tool) -> PlanItem:
+def waits(item: PlanItem, agent: Agent, tool: Tool) -> PlanItem:
     """A suspending call with its deadline, and its tool's expiry policy and reminder when it
     has them (recorded with the plan: the park registers them from here)."""
     item["timeoutSeconds"] = agent.deadline_seconds(tool)

@@ -186,3 +186,46 @@ def test_an_invalid_body_names_its_session_under_every_spelling(name: str) -> No
     alias = model.model_fields[field].alias or field
     for spelling in {field, alias, alias.upper(), alias.lower(), _snake(alias).upper()}:
         assert named_sessions(model, {spelling: "ses_victim", "bogus": 1}) == ["ses_victim"]
+
+
+#: What ``POST /mcp`` reads itself (JSON-RPC params, not a route body): a valid example of
+#: each, by what it is (the SDK parses the protocol's own requests).
+MCP_EXAMPLES: dict[str, dict[str, Any]] = {
+    "tasks/get": {"taskId": "ses_1/run_1/1", "_meta": {}},
+    "tasks/update": {"taskId": "ses_1/run_1/1", "inputResponses": {"call_1": {}}},
+    "tools/call arguments": {"message": "hi", "sessionId": "ses_1"},
+}
+
+
+def _mcp_refused(what: str, body: dict[str, Any]) -> bool:
+    """Whether ``/mcp`` refuses ``body`` as ``what`` (the parse its handler runs)."""
+    from mcp import MCPError
+    from pydantic import ValidationError
+
+    from helix_dbos.http.mcp_route import agent_arguments
+    from helix_dbos.http.mcp_tasks import TaskParams, TaskUpdateParams
+
+    try:
+        if what == "tools/call arguments":
+            agent_arguments(body)
+        else:
+            (TaskParams if what == "tasks/get" else TaskUpdateParams).model_validate(body)
+    except (MCPError, ValidationError):
+        return True
+    return False
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mcp") is None, reason="the mcp extra")
+@pytest.mark.parametrize("what", sorted(MCP_EXAMPLES))
+def test_mcp_params_take_one_spelling_and_no_undocumented_name(what: str) -> None:
+    """``/mcp``'s own params and an agent tool's arguments: the camelCase name only
+    (``task_id``, ``input_responses``, ``session_id`` are refused, not ignored: a
+    ``session_id`` ignored would start a new session) and no name they do not document."""
+    body = MCP_EXAMPLES[what]
+    assert not _mcp_refused(what, body)
+    renamed = [k for k in body if _snake(k) != k]
+    assert renamed
+    for key in renamed:
+        second = {(_snake(k) if k == key else k): v for k, v in body.items()}
+        assert _mcp_refused(what, second), (what, key)
+    assert _mcp_refused(what, {**body, "unDocumented": 1})

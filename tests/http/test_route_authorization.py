@@ -16,6 +16,7 @@ or started: no runtime method runs, and the victim's rows are as they were.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -435,3 +436,72 @@ def test_no_route_acts_on_a_session_it_did_not_authorize(
     # The matrix is what the note reports: routes x spellings x credentials.
     assert tried >= len(SESSION_ROUTES) * len(creds)
     print(f"{tried} refused requests over {len(SESSION_ROUTES)} session routes")
+
+
+# -- /mcp -----------------------------------------------------------------------------------
+
+
+def _mcp_attacks(victim: Victim) -> dict[str, Callable[[Any], Any]]:
+    """Each JSON-RPC request of ``/mcp`` that names the victim's session, by what it is."""
+    from mcp_types import ElicitResult
+
+    from tests.mcp.tasks_client import cancel_task, get_task, update_task
+
+    task = f"{victim.session_id}/run_x/1"
+    approve = {"action": "accept", "content": {"approved": True}}
+    return {
+        "tools/call with its sessionId": lambda c: c.session.call_tool(
+            "editor", {"message": "hi", "sessionId": victim.session_id}, allow_claimed=True
+        ),
+        "a retry naming it in requestState": lambda c: c.session.call_tool(
+            "editor",
+            {"message": "hi"},
+            input_responses={victim.tool_call_id: ElicitResult(**approve)},
+            request_state=task,
+            allow_input_required=True,
+        ),
+        "tasks/get": lambda c: get_task(c, task),
+        "tasks/update": lambda c: update_task(c, task, {victim.tool_call_id: approve}),
+        "tasks/cancel": lambda c: cancel_task(c, task),
+    }
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mcp") is None, reason="the mcp extra")
+async def test_mcp_acts_on_no_session_it_did_not_authorize(
+    walls: Walls, victim: Victim, http_server: HttpServer
+) -> None:
+    """``POST /mcp`` on both apps (the stock server, and the app that includes
+    ``create_router``): every request naming the victim's session, with every foreign
+    credential, is refused with the wall's status in the JSON-RPC error's ``data``; and the
+    second spelling ``session_id`` is refused, not ignored. Nothing is read or stored."""
+    from mcp import MCPError
+
+    from tests.mcp.tasks_client import connect
+
+    with httpx.Client(timeout=30.0) as client:
+        other = client.post(f"{walls.stock}/start", json={"agentType": "editor", "message": "hi"})
+        assert other.status_code == 200, other.text
+        token = other.json()["token"]
+    before = victim_rows(http_server, victim.session_id)
+    failures: list[str] = []
+    tried = 0
+    for cred in credentials(walls, token):
+        wanted = {"code": "forbidden" if cred.status == 403 else "unauthorized"}
+        async with connect(f"{cred.server}/mcp", cred.headers) as mcp:
+            for what, request in _mcp_attacks(victim).items():
+                with Spy(http_server.runtime) as spy:
+                    try:
+                        answer = await request(mcp)
+                    except MCPError as refused:
+                        answer = refused.error.data
+                tried += 1
+                if answer != {**wanted, "status": cred.status} or spy.calls:
+                    failures.append(f"{cred.label}: {what}: {answer} {spy.calls}")
+            with Spy(http_server.runtime) as spy, pytest.raises(MCPError):
+                await mcp.session.call_tool(
+                    "editor", {"message": "hi", "session_id": victim.session_id}
+                )
+            assert spy.calls == []
+    assert not failures, "\n".join(failures)
+    assert tried == 25
+    assert victim_rows(http_server, victim.session_id) == before

@@ -2,7 +2,10 @@
 Streamable HTTP (``--http PORT``, behind a bearer token ``--token``).
 
 Its tools: ``echo`` and ``add`` (read-only), ``delete_file`` (destructive), ``crash`` (the
-server kills itself mid-call), ``flaky`` (kills itself on its first call only). Each call is
+server kills itself mid-call), ``flaky`` (kills itself on its first call only), and three
+that answer ``input_required``: ``confirm`` (one form), ``wipe`` (a confirmation: one boolean
+field) and ``survey`` (two rounds, each with its own request state, sealed under a key fixed
+here so that a restarted server takes the next round). Each call is
 journaled, one JSON line with its tool, arguments and the idempotency key of its ``_meta``,
 in the file ``HELIX_MCP_JOURNAL`` names; ``HELIX_MCP_LABEL`` names the server in ``echo``'s
 answer (two servers with the same tools tell apart).
@@ -18,13 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, ToolAnnotations
 
 KEY = "io.helix-dbos/idempotencyKey"
 LABEL = os.environ.get("HELIX_MCP_LABEL", "server")
 JOURNAL = os.environ.get("HELIX_MCP_JOURNAL")
 
-server = MCPServer("helix-test-" + LABEL)
+# One key for every process of the server: state sealed before a restart is accepted after.
+SECURITY = RequestStateSecurity(keys=[b"helix-dbos test server request-state"])
+server = MCPServer("helix-test-" + LABEL, request_state_security=SECURITY)
 READ_ONLY = ToolAnnotations(readOnlyHint=True)
 
 
@@ -88,12 +94,54 @@ def confirm(ctx: Context) -> str | InputRequiredResult:
         if action != "accept":
             return f"not confirmed ({action})"
         return f"confirmed: {json.dumps(getattr(answer, 'content', None))}"
+    fields = {"ok": {"type": "boolean"}, "note": {"type": "string"}}
     form = ElicitRequestFormParams(
-        message="Sure?",
-        requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        message="Sure?", requested_schema={"type": "object", "properties": fields}
     )
     # No request state: a restarted server (a new process) takes the retry all the same.
     return InputRequiredResult(input_requests={"sure": ElicitRequest(params=form)})
+
+
+def _form(message: str, fields: dict[str, Any]) -> ElicitRequest:
+    schema = {"type": "object", "properties": fields, "required": list(fields)}
+    return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))
+
+
+@server.tool(annotations=READ_ONLY)
+def wipe(path: str, ctx: Context) -> str | InputRequiredResult:
+    """Wipe a file once the user confirms (a form of one boolean field: a confirmation)."""
+    answers = ctx.input_responses or {}
+    journal("wipe", {"path": path, "answered": sorted(answers)}, ctx)
+    if "really" in answers:
+        answer = answers["really"]
+        content = getattr(answer, "content", None) or {}
+        if getattr(answer, "action", None) == "accept" and content.get("really") is True:
+            return f"wiped {path}"
+        return f"kept {path}"
+    form = _form(f"Really wipe {path}?", {"really": {"type": "boolean"}})
+    return InputRequiredResult(input_requests={"really": form})
+
+
+@server.tool(annotations=READ_ONLY)
+def survey(ctx: Context) -> str | InputRequiredResult:
+    """Ask a name, then (a second round, with new request state) a colour, then answer."""
+    answers = ctx.input_responses or {}
+    state = ctx.request_state or ""
+    journal("survey", {"answered": sorted(answers), "state": state}, ctx)
+
+    def given(key: str) -> Any:
+        answer = answers.get(key)
+        return (getattr(answer, "content", None) or {}).get(key)
+
+    if state.startswith("asked-colour:") and given("colour"):
+        return f"{state.partition(':')[2]} likes {given('colour')}"
+    if state == "asked-name" and given("name"):
+        form = _form(f"Favourite colour of {given('name')}?", {"colour": {"type": "string"}})
+        return InputRequiredResult(
+            input_requests={"colour": form}, request_state=f"asked-colour:{given('name')}"
+        )
+    form = _form("Your name?", {"name": {"type": "string"}})
+    return InputRequiredResult(input_requests={"name": form}, request_state="asked-name")
 
 
 def _guarded(app: Any, token: str) -> Any:

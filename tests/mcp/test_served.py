@@ -19,15 +19,17 @@ from fastapi import FastAPI
 from mcp import MCPError
 from starlette.requests import Request
 
+from helix_dbos import ApprovalPolicy
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
-from helix_dbos.http import create_app
+from helix_dbos.http import create_app, create_router
 from helix_dbos.http.mcp_route import SESSION_TOKEN_META_KEY, MCPEndpoint, mount_mcp
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.mcp import mcp_stdio
 from helix_dbos.runtime import AgentRuntime
+from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from tests.mcp.conftest import SERVER, Journal, server_env
 from tests.mcp.tasks_client import (
     cancel_task,
@@ -66,6 +68,12 @@ async def serve(rt: AgentRuntime) -> FastAPI:
 
 
 ACME = {"x-tenant": "acme"}
+
+
+def user_hook(request: Request, operation: str) -> Any:
+    """Tenant ``acme``; the principal is the ``x-user`` header's."""
+    user = request.headers.get("x-user")
+    return {"ok": True, "principal": user, "tenant": "acme"} if user else False
 
 
 @pytest.mark.parametrize("hibernate_after", [None, 0], ids=["live", "hibernated"])
@@ -242,4 +250,78 @@ async def test_a_task_waiting_on_an_mcp_tools_form_forwards_it(
     assert [c["args"] for c in journal.calls("confirm")] == [
         {"answered": []},
         {"answered": ["sure"]},
+    ]
+
+
+async def test_an_app_including_our_router_serves_mcp(make_runtime: Any) -> None:
+    """``create_router`` serves ``/mcp`` too: an app that includes it (its own app, its own
+    lifespan) gets the MCP endpoint behind the router's hook, its transport run by the
+    router's lifespan; ``mcp=False`` leaves it out."""
+    bank = Bank()
+    rt = await make_runtime([bank_agent(bank)])
+    app = FastAPI()
+    app.include_router(create_router(rt, authenticate=tenant_hook))
+    async with served(app) as url, connect(url, ACME) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["banker"]
+        created = await client.session.call_tool("banker", {"message": "pay"}, allow_claimed=True)
+        tid = created.task_id  # type: ignore[union-attr]
+        [key] = (await poll(client, tid, "input_required"))["inputRequests"]
+        await update_task(client, tid, {key: {"action": "accept", "content": {"approved": True}}})
+        assert (await poll(client, tid, "completed"))["result"]["isError"] is False
+        async with connect(url, {}) as nobody:
+            with pytest.raises(MCPError) as refused:
+                await nobody.list_tools()
+            assert refused.value.error.data == {"code": "unauthorized", "status": 401}
+    assert bank.runs == [ARGS]
+    without = FastAPI()
+    without.include_router(create_router(rt, authenticate=tenant_hook, mcp=False))
+    assert "/mcp" not in {getattr(r, "path", None) for r in without.routes}
+
+
+async def test_tasks_get_shows_an_approvals_quorum(make_runtime: Any) -> None:
+    """An approval that needs two approvers: ``tasks/get`` shows its progress (``0 of 2``,
+    then ``1 of 2`` with the approver) in the form's message and its ``_meta``; each
+    ``tasks/update`` is counted for the principal the hook named; the second approver's
+    decides, and the tool runs once."""
+    bank = Bank()
+    policy = ApprovalPolicy(quorum=2)
+    transfer = define_tool(
+        "transfer",
+        "Move money",
+        Transfer,
+        execute=bank.transfer,
+        require_approval=True,
+        approval_policy=policy,
+    )
+    agent = define_agent("banker", llm=ScriptedLLM(script), tools=[transfer])
+    rt = await make_runtime([agent])
+    app = FastAPI()
+    mount_mcp(app, MCPEndpoint(rt, authenticate=user_hook))
+    approve = {"action": "accept", "content": {"approved": True}}
+    async with (
+        served(app) as url,
+        connect(url, {"x-user": "ann"}) as ann,
+        connect(url, {"x-user": "bob"}) as bob,
+    ):
+        created = await ann.session.call_tool("banker", {"message": "pay"}, allow_claimed=True)
+        tid = created.task_id  # type: ignore[union-attr]
+        [(key, form)] = (await poll(ann, tid, "input_required"))["inputRequests"].items()
+        quorum = form["params"]["_meta"]["io.helix-dbos/quorum"]
+        assert quorum == {"approvals": 0, "needed": 2, "approvers": [], "text": "0 of 2"}
+        assert form["params"]["message"].endswith("(0 of 2 approvals)")
+        counted = await update_task(ann, tid, {key: approve})
+        assert counted["_meta"]["io.helix-dbos/answers"] == {key: "accepted"}
+        [(same, form)] = (await poll(bob, tid, "input_required"))["inputRequests"].items()
+        assert same == key
+        quorum = form["params"]["_meta"]["io.helix-dbos/quorum"]
+        assert quorum == {"approvals": 1, "needed": 2, "approvers": ["ann"], "text": "1 of 2"}
+        assert form["params"]["message"].endswith("(1 of 2 approvals)")
+        assert bank.runs == []
+        await update_task(bob, tid, {key: approve})
+        assert (await poll(bob, tid, "completed"))["result"]["isError"] is False
+    assert bank.runs == [ARGS]
+    page = await list_decisions(rt.store, DecisionQuery(session_id=tid.split("/")[0]))
+    assert sorted((d.principal, d.credential) for d in page.decisions) == [
+        ("ann", "hook"),
+        ("bob", "hook"),
     ]

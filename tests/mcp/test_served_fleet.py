@@ -1,5 +1,6 @@
 """Tasks answered by any process, and across a SIGKILL: two processes serving ``/mcp`` on
-one Postgres database, the real SDK's client on each.
+one Postgres database, the real SDK's client on each; on SQLite, where one process at a time
+is the supported deployment, the second process is the first one's restart.
 
 A task created by one process is answered with ``tasks/update`` through the other and read
 ``completed`` from both; a client without Tasks retries through the other process with the
@@ -146,6 +147,65 @@ async def test_sigkill_while_a_task_waits_then_answered_after_the_restart(
     # Run once, by the fleet: B adopting the dead executor's turn, or A restarted.
     assert ran["pid"] in (restarted_pid, worker.processes["mcp-b"].pid)  # type: ignore[attr-defined]
     assert ran["pid"] != killed_pid
+
+
+async def test_on_sqlite_a_task_is_answered_through_the_process_after_a_sigkill(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """SQLite: A creates the task and is SIGKILLed while its turn waits on the approval; B,
+    started after A is gone (A's restart: its executor), reads the task ``input_required``,
+    answers it with ``tasks/update`` and reads ``completed``: the tool ran once, in B."""
+    log = tmp_path / "bank.jsonl"
+    with worker(sqlite_url, "mcp-a", log) as a_url:
+        async with connect(a_url, ACME) as a:
+            created = await a.session.call_tool("banker", {"message": "pay"}, allow_claimed=True)
+            tid = created.task_id  # type: ignore[union-attr]
+            await poll(a, tid, "input_required")
+        killed = worker.processes["mcp-a"]  # type: ignore[attr-defined]
+        killed.kill()  # SIGKILL
+        killed.wait(30)
+    with worker(sqlite_url, "mcp-a", log) as b_url:
+        async with connect(b_url, ACME) as b:
+            [key] = (await poll(b, tid, "input_required"))["inputRequests"]
+            answered = await update_task(b, tid, {key: APPROVE})
+            assert answered["_meta"]["io.helix-dbos/answers"] == {key: "accepted"}
+            done = await poll(b, tid, "completed", timeout=90)
+            assert done["result"]["isError"] is False
+        restarted = worker.processes["mcp-a"].pid  # type: ignore[attr-defined]
+    [ran] = runs(log)
+    assert {k: ran[k] for k in ARGS} == ARGS
+    assert ran["pid"] == restarted != killed.pid
+
+
+async def test_on_sqlite_a_retry_with_input_responses_is_accepted_after_a_restart(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """SQLite: a client without Tasks gets ``input_required`` from A; A is SIGKILLed; its
+    retry with the ``requestState`` A answered and the ``inputResponses`` goes to the
+    restarted process, which submits and answers the agent's reply."""
+    log = tmp_path / "bank.jsonl"
+    message = {"message": "pay"}
+    with worker(sqlite_url, "mcp-a", log) as a_url:
+        async with connect(a_url, ACME, tasks=False) as a:
+            asked = await a.session.call_tool("banker", message, allow_input_required=True)
+        killed = worker.processes["mcp-a"]  # type: ignore[attr-defined]
+        killed.kill()  # SIGKILL
+        killed.wait(30)
+    assert isinstance(asked, types.InputRequiredResult) and asked.input_requests
+    [key] = asked.input_requests
+    answer = types.ElicitResult(action="accept", content={"approved": True})
+    with worker(sqlite_url, "mcp-a", log) as b_url:
+        async with connect(b_url, ACME, tasks=False) as b:
+            done = await b.session.call_tool(
+                "banker",
+                message,
+                input_responses={key: answer},
+                request_state=asked.request_state,
+                allow_input_required=True,
+            )
+    assert isinstance(done, types.CallToolResult) and done.is_error is False
+    assert done.content[0].text.startswith("ok: ")  # type: ignore[union-attr]
+    assert len(runs(log)) == 1
 
 
 pytestmark = pytest.mark.timeout(300)

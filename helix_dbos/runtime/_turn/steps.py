@@ -78,6 +78,7 @@ __all__ = [
     "log_settled",
     "model_answer",
     "pending_entries",
+    "rebind",
     "start_events",
     "tool_result_message",
 ]
@@ -519,7 +520,7 @@ def tool_result_message(result: ToolResult) -> Message:
     )
 
 
-def _rebind(owner: SessionState, workflow_id: str, at: int) -> None:
+def rebind(owner: SessionState, workflow_id: str, at: int) -> None:
     """The continuation ``workflow_id`` runs the turn from now on: the row names it, and the
     hibernation mark goes."""
     owner.workflow_id = workflow_id
@@ -670,7 +671,7 @@ class _Settle:
         owner.status = "running"
         owner.run_id = self.next_run
         if self.workflow_id is not None:
-            _rebind(owner, self.workflow_id, self.at)
+            rebind(owner, self.workflow_id, self.at)
         return [resolved[item["toolCallId"]] for item in self.plan], stash
 
     def _settle_call(
@@ -715,7 +716,7 @@ def _fence(
             raise NoChange(None)
         _forget_child_ends(owner, plan)
         if workflow_id is not None:
-            _rebind(owner, workflow_id, at)
+            rebind(owner, workflow_id, at)
 
     return fence
 

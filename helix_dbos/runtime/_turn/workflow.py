@@ -417,6 +417,7 @@ class _Turn:
                 results[item["toolCallId"]] = await self._resolve(
                     item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
                 )
+            woken = await self._ask_rounds(step, suspending, results, woken)
         batch = self._batch(step, plan, results)
         read = self._prior_read()
         given = None if read is None else functools.partial(_given, read)
@@ -432,6 +433,35 @@ class _Turn:
         if finished is not None:
             return await self._finish("completed", "", None, output=finished.get("result"))
         return None
+
+    async def _ask_rounds(
+        self,
+        step: int,
+        suspending: list[PlanItem],
+        results: dict[str, ToolResult],
+        woken: WokenAnswers,
+    ) -> WokenAnswers:
+        """While a tool called again with its answer asks again (``asks``), park on its next
+        round and call it again with that answer; the answers the turn was woken for.
+
+        A later round parks live until answered or its deadline (no hibernation: the
+        hibernate commit and the continuation are one per batch); a restart recovers it."""
+        again = asks.asked_again(suspending, results)
+        while again:
+            deadlines = await asks.register_round(self, step, again, results)
+            parked = [i for i in again if i["toolCallId"] in deadlines]
+            if not parked:
+                break
+            more, _ = await park(self.session_id, self.run_id, parked, deadlines)
+            woken = {**woken, **more}
+            ids = [i["toolCallId"] for i in parked]
+            collected = await steps.collect_answers(self.session_id, self.run_id, ids, more)
+            for item in parked:
+                results[item["toolCallId"]] = await self._resolve(
+                    item, collected["answers"].get(item["toolCallId"]), collected["abandon"]
+                )
+            again = asks.asked_again(parked, results)
+        return woken
 
     def _prior_read(self) -> ResumeRead | None:
         """The session's rows and conversation, if this turn read them already for its batch's
@@ -469,12 +499,12 @@ class _Turn:
     ) -> ToolResult:
         """A suspended call's result; an approved approval runs its tool (a recorded step)."""
         result = resolve_call(item, entry, abandon)
+        if "asks" in item:  # answered: the tool is called again with the answer
+            return await asks.answer(self.agent_type, item, entry, result)
         run_input = result.pop("runInput", None)
         if run_input is not None:
             ran = await run_server_tool(self.agent_type, item["toolName"], run_input)
             result = completed(result, ran)
-        elif "asks" in item:  # answered: the tool is called again with the answer
-            result = await asks.answer(self.agent_type, item, entry, result)
         return result
 
     async def _run_child(self, item: PlanItem) -> ServerToolResult | None:
