@@ -27,7 +27,7 @@ from ..core.clock import now_ms
 from ..observability.approval_metrics import PendingFigures
 from .store import SessionStore
 
-__all__ = ["CLOCK_SLACK_MS", "pending_figures"]
+__all__ = ["CLOCK_SLACK_MS", "PG_PLAN", "figures_sql", "pending_figures"]
 
 #: Added to the client window: the clocks of the processes that write rows may disagree.
 CLOCK_SLACK_MS = 60_000
@@ -80,7 +80,19 @@ GROUP BY json_extract(p.value, '$.toolName')
 #: Postgres plans the approvals' count as a parallel scan of the table (its rows hold the
 #: arguments: several times the index's pages); the index alone answers it. And a statement
 #: this cheap gains nothing from JIT compilation, which costs more than the query.
-_PG_PLAN = ("SET LOCAL enable_seqscan = off", "SET LOCAL jit = off")
+PG_PLAN = ("SET LOCAL enable_seqscan = off", "SET LOCAL jit = off")
+
+
+def figures_sql(*, postgres: bool) -> str:
+    """The one statement of ``pending_figures`` (parameters ``:now``, epoch ms, and ``:since``,
+    the oldest session row a pending client call can be on); Postgres runs it after
+    ``PG_PLAN``."""
+    approvals_part = _APPROVALS.format(
+        lapsed_from="__agents_approvals"
+        if postgres
+        else "__agents_approvals INDEXED BY ix___agents_approvals_deadline"
+    )
+    return f"{approvals_part} UNION ALL {_PG_CLIENT_CALLS if postgres else _SQLITE_CLIENT_CALLS}"
 
 
 async def pending_figures(store: SessionStore, client_window_ms: int) -> PendingFigures:
@@ -94,18 +106,12 @@ async def pending_figures(store: SessionStore, client_window_ms: int) -> Pending
     now = now_ms()
     since = datetime.fromtimestamp((now - client_window_ms - CLOCK_SLACK_MS) / 1000, UTC)
     postgres = store.dialect == "postgresql"
-    clients = _PG_CLIENT_CALLS if postgres else _SQLITE_CLIENT_CALLS
-    approvals_part = _APPROVALS.format(
-        lapsed_from="__agents_approvals"
-        if postgres
-        else "__agents_approvals INDEXED BY ix___agents_approvals_deadline"
-    )
-    query = sa.text(f"{approvals_part} UNION ALL {clients}").bindparams(
+    query = sa.text(figures_sql(postgres=postgres)).bindparams(
         sa.bindparam("since", since, type_=sa.DateTime(timezone=True)), now=now
     )
     async with store.transaction() as conn:
         if postgres:
-            for setting in _PG_PLAN:
+            for setting in PG_PLAN:
                 await conn.execute(sa.text(setting))
         rows = (await conn.execute(query)).all()
     approvals: dict[str, int] = {}

@@ -136,7 +136,7 @@ async def test_on_postgres_the_figures_read_indexes_only(migrated_pg_url: str) -
         ":since", since
     ).replace(":now", "0")
     with psycopg.connect(migrated_pg_url) as conn:
-        for setting in figures_module._PG_PLAN:
+        for setting in figures_module.PG_PLAN:
             conn.execute(setting)
         plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {statement}").fetchall())
     assert "Index Only Scan using ix___agents_approvals_tool" in plan, plan
