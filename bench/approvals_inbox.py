@@ -299,9 +299,7 @@ def measure_loaded(url: str, requests: int, pages_deep: int) -> dict[str, Any]:
         proc, base = serve_inbox(url, Path(tmp))
         try:
             with httpx.Client(base_url=base, timeout=30) as client:
-                pages["a page halfway down (cursor)"] = {
-                    "cursor": _deep_cursor(client, pages_deep)
-                }
+                pages["a page halfway down (cursor)"] = {"cursor": _deep_cursor(client, pages_deep)}
                 results = {name: _timed(client, params, requests) for name, params in pages.items()}
         finally:
             proc.terminate()

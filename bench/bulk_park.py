@@ -305,9 +305,7 @@ def session_lines(
     olds = [old for old, _ in swap] + list(TEMPLATE_OWNER)
     return {
         key: [
-            "\t".join(
-                f.value if _constant(f, olds) else _render(f, swap, shift_ms) for f in row
-            )
+            "\t".join(f.value if _constant(f, olds) else _render(f, swap, shift_ms) for f in row)
             for row in parsed
         ]
         for key, (_, parsed) in template.rows.items()
@@ -426,8 +424,8 @@ def main() -> None:
     args = parser.parse_args()
     agents = args.agent.split(",")
     owned = args.tenants > 0
-    parked = [args.template] if args.template else asyncio.run(
-        park_one(args.url, *agents, owned=owned)
+    parked = (
+        [args.template] if args.template else asyncio.run(park_one(args.url, *agents, owned=owned))
     )
     started = time.perf_counter()
     # Each template's sessions in ``workers`` shares, each its own ids' seed.

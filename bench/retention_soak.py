@@ -26,8 +26,8 @@ import os
 import sys
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
