@@ -70,10 +70,16 @@ def sizes(url: str, per_table: bool = False) -> dict[str, Any]:
     """One sample: the sessions and DBOS workflows, and the rows and KiB of our tables and of
     DBOS's (each table's too with ``per_table``)."""
     tables = table_sizes(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM __agents_states"
+            " WHERE status NOT IN ('completed', 'failed', 'interrupted')"
+        ).fetchone()
     ours = {k: v for k, v in tables.items() if not k.startswith("dbos.")}
     dbos = {k: v for k, v in tables.items() if k.startswith("dbos.")}
     sample: dict[str, Any] = {
         "sessions": tables["public.__agents_states"]["rows"],
+        "not_ended": int(row[0]) if row else 0,
         "dbos_workflows": tables["dbos.workflow_status"]["rows"],
         "agents_rows": sum(v["rows"] for v in ours.values()),
         "agents_tables_kib": sum(v["bytes"] for v in ours.values()) // 1024,
