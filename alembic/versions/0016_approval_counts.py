@@ -1,7 +1,7 @@
 """The pending approvals counted by tool as they change: the metrics' scrape reads a few rows.
 
 The scrape's gauge of pending approvals counted the inbox's rows by tool on the tool index:
-an index-only scan of every pending approval, 0.3-3.9 s a scrape beside 1,000,000 of them.
+an index-only scan of every pending approval, 0.8-1 s a scrape beside 1,000,000 of them.
 ``__agents_approval_counts`` holds the count instead, kept exact by triggers on
 ``__agents_approvals`` in the same transaction as every insert, delete or update of its rows
 (the inbox's own triggers write those, from the session rows' pending maps): a row per
