@@ -209,6 +209,7 @@ def serve_inbox(
             return proc, base
         except httpx.TransportError:
             if time.monotonic() > deadline:
+                proc.kill()  # never leave a server behind
                 raise
             time.sleep(0.1)
 
