@@ -16,16 +16,24 @@ outputs included):
   by one offset, so session ``i`` parked ``spread * (i + 1) / n`` seconds before the template
   and its deadline (the same distance after its park) falls that much earlier;
 - its own ``creator_xid`` (a fresh uuid, as DBOS gives each workflow);
-- serial ids (a message's, a usage row's) from their sequences.
+- serial ids (a message's, a usage row's) from their sequences;
+- with ``--tenants``, its own owner: session ``i`` belongs to tenant ``i % tenants`` and one of
+  ``--principals`` principals of it (the template parks as ``user000@tenant00`` of
+  ``tenant00``; the names keep its length, so DBOS's pickles stay valid).
 
-The rows go in with ``COPY ... FROM`` in batches, one transaction per batch. Nothing else is
-written: a loaded session has no row a real one lacks and lacks none it has
+The rows go in with ``COPY ... FROM`` in batches, one transaction per batch. The inbox's rows
+(``__agents_approvals``) are not copied: the triggers of revision 0008 write them from the
+session row, as they do for a real park. Nothing else is written: a loaded session has no row
+a real one lacks and lacks none it has
 (``tests/runtime/test_bulk_park.py`` compares them column by column, then answers a loaded
 session through the normal submit and sees its turn complete).
 
     .venv/bin/python bench/bulk_park.py --url postgresql://... --sessions 1000000 [--agent cold]
+        [--agent pay,ops,admin --tenants 10 --principals 100]
 
-The database must be migrated; the agents are ``hibernation.py``'s (``--agent`` names one).
+The database must be migrated; the agents are ``hibernation.py``'s (``--agent`` names one, or
+several: the sessions are shared out among them; ``pay``, ``ops`` and ``admin`` wait on an
+approval, the others on a client call).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import multiprocessing
 import re
 import sys
 import time
@@ -75,6 +84,17 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 _CALL = re.compile(r"call_[0-9a-f]{16}")
 _WINDOW_MS = 10 * 86_400_000
 """An epoch-millisecond number this close to the template's park is one of its times."""
+#: Tables whose rows a trigger writes from the session row: not copied.
+TRIGGERED = {("public", "__agents_approvals")}
+#: The template's owner, and the loaded sessions' owners (the same lengths).
+TEMPLATE_OWNER = ("user000@tenant00", "tenant00")
+
+
+def owner(i: int, tenants: int, principals: int) -> tuple[str, str]:
+    """Session ``i``'s (principal, tenant) among ``tenants`` x ``principals``."""
+    tenant = i % tenants
+    principal = (i // tenants) % principals
+    return f"user{principal:03d}@tenant{tenant:02d}", f"tenant{tenant:02d}"
 
 
 # -- the template -------------------------------------------------------------------------
@@ -88,6 +108,8 @@ class Field:
     value: Any
     parts: list[tuple[str, Any]] = field(default_factory=list)
     """For ``mixed``: literal text and times, in order."""
+    constant: bool | None = None
+    """Literal text that no session changes (``_constant``)."""
 
 
 @dataclass
@@ -262,18 +284,41 @@ def _render(f: Field, swap: list[tuple[str, str]], shift_ms: int) -> str:
 
 
 def session_lines(
-    template: Template, session_id: str, run_id: str, shift_ms: int
+    template: Template,
+    session_id: str,
+    run_id: str,
+    shift_ms: int,
+    owned_by: tuple[str, str] | None = None,
 ) -> dict[tuple[str, str], list[str]]:
-    """The COPY lines of one loaded session, by table."""
+    """The COPY lines of one loaded session, by table (``owned_by``: its principal and tenant,
+    in place of ``TEMPLATE_OWNER``)."""
     swap = [(template.session_id, session_id), (template.run_id, run_id)]
     swap += [
         (old, call_id(session_id, run_id, count, index))
         for old, (count, index) in template.calls.items()
     ]
+    if owned_by is not None and owned_by != TEMPLATE_OWNER:
+        # The principal first: it holds the tenant's name.
+        for old, new in zip(TEMPLATE_OWNER, owned_by, strict=True):
+            assert len(old) == len(new), f"{new!r}: an owner of another length breaks pickles"
+            swap.append((old, new))
+    olds = [old for old, _ in swap] + list(TEMPLATE_OWNER)
     return {
-        key: ["\t".join(_render(f, swap, shift_ms) for f in row) for row in parsed]
+        key: [
+            "\t".join(f.value if _constant(f, olds) else _render(f, swap, shift_ms) for f in row)
+            for row in parsed
+        ]
         for key, (_, parsed) in template.rows.items()
+        if key not in TRIGGERED
     }
+
+
+def _constant(f: Field, olds: list[str]) -> bool:
+    """Whether ``f`` is literal text holding none of ``olds``: the same in every session
+    (judged once a field; the swaps' old texts are the template's, the same every call)."""
+    if f.constant is None:
+        f.constant = f.kind == "text" and not any(old in f.value for old in olds)
+    return f.constant
 
 
 def load(
@@ -285,9 +330,12 @@ def load(
     seed: str | None = None,
     batch: int = 2000,
     report: bool = False,
+    tenants: int = 0,
+    principals: int = 1,
 ) -> list[str]:
     """Write ``n`` sessions made of ``template`` (session ``i`` parked
-    ``spread_seconds * (i + 1) / n`` before it); their session ids."""
+    ``spread_seconds * (i + 1) / n`` before it; with ``tenants``, owned by ``owner(i, ...)``,
+    else by the template's owner); their session ids."""
     seed = seed or uuid.uuid4().hex
     made: list[str] = []
     started = time.perf_counter()
@@ -295,11 +343,14 @@ def load(
         conn.execute("SET TIME ZONE 'UTC'")
         # Our triggers (the approvals inbox) fire as for a real park; DBOS's table has none.
         for first in range(0, n, batch):
-            lines: dict[tuple[str, str], list[str]] = {k: [] for k in template.rows}
+            lines: dict[tuple[str, str], list[str]] = {
+                k: [] for k in template.rows if k not in TRIGGERED
+            }
             for i in range(first, min(n, first + batch)):
                 sid, run = _ids(seed, i)
                 shift = -int(spread_seconds * 1000 * (i + 1) / n)
-                for key, rows in session_lines(template, sid, run, shift).items():
+                owned = owner(i, tenants, principals) if tenants else None
+                for key, rows in session_lines(template, sid, run, shift, owned).items():
                     lines[key] += rows
                 made.append(sid)
             with conn.transaction():
@@ -317,9 +368,12 @@ def load(
     return made
 
 
-async def park_one(url: str, *agents: str, executor_id: str = "bulk-template") -> list[str]:
-    """Park one session of each of ``agents`` (``hibernation.py``'s) for real; their ids.
-    (One runtime a process: DBOS's shutdown ends the event loop's default executor.)"""
+async def park_one(
+    url: str, *agents: str, executor_id: str = "bulk-template", owned: bool = False
+) -> list[str]:
+    """Park one session of each of ``agents`` (``hibernation.py``'s) for real; their ids
+    (``owned``: as ``TEMPLATE_OWNER``). (One runtime a process: DBOS's shutdown ends the
+    event loop's default executor.)"""
     from hibernation import AGENTS
 
     from helix_dbos.config import HelixSettings
@@ -331,7 +385,8 @@ async def park_one(url: str, *agents: str, executor_id: str = "bulk-template") -
     try:
         parked = []
         for agent in agents:
-            handle = await rt.start(agent, "go")
+            principal, tenant = TEMPLATE_OWNER if owned else (None, None)
+            handle = await rt.start(agent, "go", principal=principal, tenant=tenant)
             outcome = await handle.workflow.get_result()
             assert outcome.get("outcome") == "hibernated", outcome
             parked.append(str(handle.session_id))
@@ -340,19 +395,48 @@ async def park_one(url: str, *agents: str, executor_id: str = "bulk-template") -
         await rt.shutdown()
 
 
+def _load_share(
+    url: str, session: str, n: int, spread_seconds: float, args: argparse.Namespace
+) -> None:
+    """One worker's share: ``n`` sessions of the template ``session``."""
+    load(
+        url,
+        read_template(url, session),
+        n,
+        spread_seconds=spread_seconds,
+        report=True,
+        tenants=args.tenants,
+        principals=args.principals,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", required=True, help="a migrated database")
     parser.add_argument("--sessions", type=int, default=100_000)
-    parser.add_argument("--agent", default="cold")
+    parser.add_argument("--agent", default="cold", help="one agent, or several: a,b,c")
+    parser.add_argument("--tenants", type=int, default=0, help="owners: this many tenants")
+    parser.add_argument("--principals", type=int, default=100, help="principals per tenant")
     parser.add_argument("--spread-hours", type=float, default=12.0)
     parser.add_argument("--template", help="a hibernated session to copy (default: park one)")
     parser.add_argument("--no-vacuum", action="store_true")
+    parser.add_argument("--workers", type=int, default=1, help="loading processes")
     args = parser.parse_args()
-    session = args.template or asyncio.run(park_one(args.url, args.agent))[0]
-    template = read_template(args.url, session)
+    agents = args.agent.split(",")
+    owned = args.tenants > 0
+    parked = (
+        [args.template] if args.template else asyncio.run(park_one(args.url, *agents, owned=owned))
+    )
     started = time.perf_counter()
-    load(args.url, template, args.sessions, spread_seconds=args.spread_hours * 3600, report=True)
+    # Each template's sessions in ``workers`` shares, each its own ids' seed.
+    jobs = []
+    for k, session in enumerate(parked):
+        count = args.sessions // len(parked) + (k < args.sessions % len(parked))
+        for w in range(args.workers):
+            share = count // args.workers + (w < count % args.workers)
+            jobs.append((args.url, session, share, args.spread_hours * 3600, args))
+    with multiprocessing.Pool(args.workers) as pool:
+        pool.starmap(_load_share, jobs)
     seconds = time.perf_counter() - started
     if not args.no_vacuum:
         with psycopg.connect(args.url, autocommit=True) as conn:

@@ -105,8 +105,46 @@ def _agent(name: str, hibernate_after: float | str) -> Any:
     )
 
 
-#: ``cold`` and ``due`` hibernate at once, ``hot`` never does.
-AGENTS = [_agent("cold", 0), _agent("hot", "never"), _agent("due", 0)]
+class Grant(BaseModel):
+    amount: int
+
+
+def _approval_agent(name: str, tool: str, calls: int) -> Any:
+    """A turn that calls ``tool``, a server tool gated by a human approval (a week to answer),
+    ``calls`` times at once, and hibernates at once while they wait; their results end it."""
+
+    def approval_script(request: LLMRequest) -> LLMResponse:
+        if request.messages[-1].role == "user":
+            return call(request, *[(tool, {"amount": 10 * (n + 1)}) for n in range(calls)])
+        return reply("done")
+
+    return define_agent(
+        name,
+        llm=ScriptedLLM(approval_script, keep_requests=0),
+        tools=[
+            define_tool(
+                tool,
+                tool,
+                Grant,
+                execute=lambda grant: {"ok": True},
+                require_approval=True,
+                client_tool_timeout=7 * 86_400,
+            )
+        ],
+        hibernate_after=0,
+    )
+
+
+#: ``cold`` and ``due`` hibernate at once, ``hot`` never does; the last three wait on eight
+#: approvals each (``bulk_park.py --agent pay,ops,admin`` loads a million approvals).
+AGENTS = [
+    _agent("cold", 0),
+    _agent("hot", "never"),
+    _agent("due", 0),
+    _approval_agent("pay", "transfer", 8),
+    _approval_agent("ops", "publish", 8),
+    _approval_agent("admin", "grant_access", 8),
+]
 
 
 # -- worker: parks sessions in-process --------------------------------------------------------

@@ -13,6 +13,10 @@ scrape answered (they must add up to the data). The statement is timed twice on 
 the build left the tables, and after a ``VACUUM`` (which autovacuum runs on its own after bulk
 inserts): the approvals' count is an index-only scan, which reads the table's rows too for the
 pages not yet marked all-visible.
+
+With ``--url``, the scrapes run on a database already loaded instead (a million approvals:
+``bulk_park.py --agent pay,ops,admin --tenants 10``); the gauges are checked against a count of
+the inbox's rows before their deadline, and the statement's plan is printed.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from approvals_inbox import SHARED_ADMIN, build_inbox, serve_inbox
 
+from helix_dbos.store.dialect import Postgres
 from helix_dbos.store.migrate import upgrade
-from helix_dbos.store.pending_figures import pending_figures
+from helix_dbos.store.pending_figures import CLOCK_SLACK_MS, figures_sql, pending_figures
 from helix_dbos.store.store import SessionStore
 
 #: The client window of the served demo agents (``editContent``: the default 5 minutes).
@@ -97,13 +104,62 @@ def _gauges(text: str) -> dict[str, Any]:
     return out
 
 
+def measure_loaded(url: str, requests: int) -> dict[str, Any]:
+    """The scrape and its statement on a loaded database; the gauges checked exactly."""
+    statement = asyncio.run(_statement(url, requests))
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = serve_inbox(url, Path(tmp), "bench-metrics")
+        try:
+            with httpx.Client(base_url=base, timeout=30) as client:
+                scrape, text = _scrapes(client, requests)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    gauges = _gauges(text)
+    now = int(time.time() * 1000)
+    with psycopg.connect(url) as conn:
+        exact = dict(
+            conn.execute(  # type: ignore[arg-type]
+                "SELECT tool_name, count(*) FROM __agents_approvals WHERE deadline_at > %s"
+                " GROUP BY 1",
+                (now,),
+            ).fetchall()
+        )
+        since = datetime.fromtimestamp((now - CLIENT_WINDOW_MS - CLOCK_SLACK_MS) / 1000, UTC)
+        sql = re.sub(r":(now|since)\b", r"%(\1)s", figures_sql(Postgres))
+        with conn.transaction():
+            for setting in Postgres.figures_plan:
+                conn.execute(setting)  # type: ignore[arg-type]
+            plan = conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + sql,  # type: ignore[arg-type]
+                {"now": now, "since": since},
+            ).fetchall()
+    # The served app's own tools are shown too, at 0.
+    shown = {tool: n for tool, n in gauges["pending_approvals"].items() if n}
+    assert shown == exact, (gauges, exact)
+    return {
+        "approvals": sum(exact.values()),
+        "requests": requests,
+        "scrape over HTTP": scrape,
+        "its statement alone": statement,
+        "gauges": gauges,
+        "plan": "\n".join(str(r[0]) for r in plan),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a loaded database to measure (nothing is built)")
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--per-session", type=int, default=10)
     parser.add_argument("--requests", type=int, default=200)
     args = parser.parse_args()
+    if args.url:
+        out = measure_loaded(args.url, args.requests)
+        print(out.pop("plan"))
+        print(json.dumps(out, indent=2))
+        return
 
     name = f"helix_bench_metrics_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:

@@ -63,6 +63,9 @@ class Backend(Protocol):
     client_calls: str
     lapsed_approvals_from: str
     figures_plan: tuple[str, ...]
+    #: The statement that folds the approval counts' slots into one row per tool, or ``None``:
+    #: one slot per tool (SQLite's single writer).
+    merge_approval_counts: str | None
     #: Appended to a SELECT that claims rows, skipping those another transaction holds.
     skip_locked: str
     #: The lock that serializes migrations, and its release; ``None`` without one.
@@ -106,6 +109,7 @@ class Postgres:
     client_calls = pg_sql.CLIENT_CALLS
     lapsed_approvals_from = pg_sql.LAPSED_APPROVALS_FROM
     figures_plan: tuple[str, ...] = pg_sql.FIGURES_PLAN
+    merge_approval_counts: str | None = pg_sql.MERGE_APPROVAL_COUNTS
     skip_locked = " FOR UPDATE SKIP LOCKED"
     migration_lock: str | None = pg_sql.MIGRATION_LOCK
     migration_unlock: str | None = pg_sql.MIGRATION_UNLOCK
@@ -155,6 +159,7 @@ class SQLite:
     lapsed_approvals_from = sqlite_sql.LAPSED_APPROVALS_FROM
     figures_plan: tuple[str, ...] = ()
     skip_locked = ""
+    merge_approval_counts: str | None = None
     migration_lock: str | None = None
     migration_unlock: str | None = None
     collation: str | None = None

@@ -22,6 +22,7 @@ __all__ = [
     "TABLE_PREFIX",
     "VERSION_TABLE",
     "adoptions",
+    "approval_counts",
     "approval_decisions",
     "approvals",
     "checkpoints",
@@ -244,6 +245,19 @@ approvals = sa.Table(
 the triggers of revision 0008 (never written by the runtime itself): the inbox's index.
 Revision 0012 adds the call's ``policy`` (with its quorum's state) and ``barred_principal``
 (the session's principal when four eyes bar it from deciding)."""
+
+# 0015: the pending approvals counted by tool.
+approval_counts = sa.Table(
+    "__agents_approval_counts",
+    metadata,
+    sa.Column("tool_name", sa.Text, primary_key=True),
+    sa.Column("slot", sa.Integer, primary_key=True),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+"""How many rows of ``__agents_approvals`` each tool has: the sum of ``n`` over its slots,
+kept by the triggers of revision 0015 in the same transaction as every change of the inbox's
+rows (never written by the runtime itself; the metrics' scrape merges slots). On Postgres a
+slot is the database connection that wrote (``pg_backend_pid()``), 0 once merged."""
 
 # 0009: the notification outbox.
 notifications = sa.Table(

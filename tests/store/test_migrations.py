@@ -57,6 +57,7 @@ REVISIONS = [
     "0012",
     "0013",
     "0014",
+    "0015",
 ]
 OUR_TABLES = {
     "__agents_states",
@@ -69,6 +70,7 @@ OUR_TABLES = {
     "__agents_approvals",
     "__agents_notifications",
     "__agents_approval_decisions",
+    "__agents_approval_counts",
 }
 
 

@@ -188,3 +188,19 @@ MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(:k)"
 
 #: The database's collation (the retention sweeper ranges DBOS's keys when it orders bytes).
 COLLATION = "SELECT datcollate FROM pg_database WHERE datname = current_database()"
+
+
+#: Folds the connections' slots of the approval counts into slot 0 (revision 0015), skipping a
+#: slot a writer holds: a merge never waits on a park (``pending_figures.merge_approval_counts``).
+MERGE_APPROVAL_COUNTS = """
+WITH merged AS (
+    DELETE FROM __agents_approval_counts
+    WHERE ctid IN (
+        SELECT ctid FROM __agents_approval_counts WHERE slot <> 0 FOR UPDATE SKIP LOCKED
+    )
+    RETURNING tool_name, n
+)
+INSERT INTO __agents_approval_counts AS c (tool_name, slot, n)
+SELECT tool_name, 0, sum(n) FROM merged GROUP BY tool_name ORDER BY tool_name
+ON CONFLICT (tool_name, slot) DO UPDATE SET n = c.n + excluded.n
+"""
