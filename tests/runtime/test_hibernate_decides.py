@@ -100,7 +100,7 @@ async def test_at_once_a_batch_answered_before_the_hibernate_commit_parks_withou
     await worker.completed(rt, handle)
     assert (await worker.workflow_result(handle.workflow_id))["outcome"] == "completed"
     assert await worker.continuations(handle.session_id) == []
-    assert sorted(await worker.tool_results(rt, handle.session_id)) == sorted(answered)
+    assert sorted(map(str, await worker.tool_results(rt, handle.session_id))) == sorted(answered)
     steps = await DBOS.list_workflow_steps_async(handle.workflow_id or "")
-    received = [s["output"] for s in steps if s["function_name"] == "DBOS.recv"]
-    assert sorted(m["toolCallId"] for m in received) == sorted(answered), steps
+    received = [s["output"] or {} for s in steps if s["function_name"] == "DBOS.recv"]
+    assert sorted(str(m.get("toolCallId")) for m in received) == sorted(answered), steps
