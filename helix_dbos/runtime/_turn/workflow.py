@@ -355,8 +355,9 @@ class _Turn:
 
         A wait of 0 would only find answers that the commit reads on the row anyway, so the
         row decides first and only a batch it found settled parks, without waiting (taking
-        the wake-ups). Either way the steps DBOS records after the park are the ones a park
-        first records, so a replay in either order (another window) meets the same steps."""
+        the wake-ups). A turn that hibernates records no DBOS step after its park, and one
+        that goes on records the park's: so a replay in the other order (under another
+        window, or by the release before) meets the steps the turn recorded."""
         if window != 0:
             return None
         decided = await self._hibernate(step, plan, results, None)
