@@ -4,7 +4,8 @@ kinds: ``helix``, whose turn waits live for its submit (its agent never hibernat
 ``helix_hibernated``, whose turn hibernates as it parks (a hot window of 0), so that its
 submit starts the continuation workflow from the session's record.
 
-Reports suspend, resume and answer p50/p95 (ms), process CPU per round trip (ms), SQL statements per
+Reports suspend, resume and answer p50/p95 (ms), CPU per round trip (ms: the process's, and
+Postgres's, the backends serving this benchmark's database), SQL statements per
 round trip (every statement a psycopg cursor of the process sends: ours and DBOS's),
 sessions/s at concurrency 1 and 16, RSS per parked session with N parked (and the process's
 threads before and after parking them), and Postgres transactions per round trip
@@ -228,6 +229,41 @@ def watch_parked(rt: AgentRuntime) -> None:
     rt.store.on_events = on_events
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Backends:
+    """The CPU of the Postgres backends serving the benchmark's database (every connection
+    of the runtime: ours and DBOS's), read from ``/proc`` on this machine. Its own connection,
+    which asks for their pids, is left out. A backend that exits between two readings takes
+    its CPU with it (the pools keep theirs open: few do)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+
+    def seconds(self) -> dict[int, float]:
+        """Each backend's CPU seconds (user + system) by pid; empty where ``/proc`` does not
+        show them (a server on another machine)."""
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        found: dict[int, float] = {}
+        for (pid,) in rows:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            found[int(pid)] = (int(fields[11]) + int(fields[12])) / _TICK
+        return found
+
+    @staticmethod
+    def spent(before: dict[int, float], after: dict[int, float]) -> float:
+        """CPU seconds spent between two readings (a backend new since counts from 0)."""
+        return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
 def xacts(url: str) -> int:
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -392,6 +428,7 @@ class _Tally:
         self.resume: list[float] = []
         self.answer: list[float] = []
         self.cpu = 0.0
+        self.pg_cpu = 0.0
         self.statements = 0
         self.rates: dict[int, list[float]] = {}
 
@@ -409,12 +446,14 @@ async def interleaved(
         over their summed time.
     """
     tallies = {label: _Tally() for label in kinds}
+    backends = Backends(url)
     for fn in kinds.values():
         for _ in range(WARM_UP):
             await fn(rt)
     for _ in range(max(1, n // BLOCK)):
         for label, fn in kinds.items():
             tally = tallies[label]
+            pg0 = backends.seconds()
             cpu0, statements0 = time.process_time(), _statements
             for _ in range(BLOCK):
                 s, r, a = await fn(rt)
@@ -422,6 +461,7 @@ async def interleaved(
                 tally.resume.append(r)
                 tally.answer.append(a)
             tally.cpu += time.process_time() - cpu0
+            tally.pg_cpu += Backends.spent(pg0, backends.seconds())
             tally.statements += _statements - statements0
     for concurrency in CONCURRENCIES:
         for _ in range(THROUGHPUT_BLOCKS):
@@ -439,12 +479,15 @@ async def interleaved(
             "answer_p50": statistics.median(tally.answer),
             "answer_p95": pct(tally.answer, 95),
             "cpu_ms_per_round_trip": tally.cpu * 1000 / measured,
+            "pg_cpu_ms_per_round_trip": tally.pg_cpu * 1000 / measured,
+            "total_cpu_ms_per_round_trip": (tally.cpu + tally.pg_cpu) * 1000 / measured,
             "statements_per_round_trip": tally.statements / measured,
             "pg_xacts_per_round_trip": await xacts_per_round_trip(kinds[label], rt, url),
         }
         for concurrency, times in tally.rates.items():
             count = per_block(concurrency, total) * len(times)
             report[label][f"sessions_per_s_c{concurrency}"] = count / sum(times)
+    backends.conn.close()
     return report
 
 

@@ -143,15 +143,7 @@ async def hibernate(
     ``names.child_wait_slot``): hibernate until it ends, or, if its end is on the row already,
     ``{"hibernated": False, "childOutcome": ...}``."""
     slot = names.hibernate_slot(workflow_id, run_id, step, child)
-    record: HibernationRecord = {
-        "hibernated": True,
-        "step": step,
-        "plan": [_without_input(item, results) for item in plan],
-        "results": results,
-        "summary": summary,
-    }
-    if child is not None:
-        record["child"] = child
+    record = _record_of(step, plan, results, summary, child)
 
     async def body() -> HibernationRecord:
         at = now_ms()
@@ -191,8 +183,13 @@ async def hibernate(
         _, decided = await current().store.update([session_id], swap)
         return decided
 
+    # The row read apart and one statement (a swap from it), as a submit: no slot read first,
+    # as a second execution cannot land (the checkpoint's key refuses it, then reads it).
+    row = await current().store.load(session_id)
     try:
-        decided = await commit_once(slot, session_id, run_id, 0, body)
+        decided = await commit_once(
+            slot, session_id, run_id, 0, body, read_first=False, read=[row] if row else []
+        )
     except Fenced as fenced:
         if await recorded(names.turn_slot(workflow_id, run_id, step, "results")) is not None:
             # The submit that completed the batch committed its results already (early, as
@@ -202,6 +199,26 @@ async def hibernate(
     if decided.get("hibernated"):
         log_event("turn.hibernated", sessionId=session_id, runId=run_id, step=step)
     return decided
+
+
+def _record_of(
+    step: int,
+    plan: list[PlanItem],
+    results: dict[str, ToolResult],
+    summary: TurnSummary,
+    child: str | None,
+) -> HibernationRecord:
+    """What the hibernate commit records: where the turn continues from."""
+    record: HibernationRecord = {
+        "hibernated": True,
+        "step": step,
+        "plan": [_without_input(item, results) for item in plan],
+        "results": results,
+        "summary": summary,
+    }
+    if child is not None:
+        record["child"] = child
+    return record
 
 
 def _without_input(item: PlanItem, results: dict[str, ToolResult]) -> PlanItem:

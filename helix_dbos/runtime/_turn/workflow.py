@@ -283,13 +283,17 @@ class _Turn:
             early = current().store.many_writers and all(
                 i["kind"] != "approval" and "asks" not in i for i in suspending
             )
+            window = self._hot_window()
+            hibernated = await self._hibernated_at_once(step, plan, results, window)
+            if hibernated is not None:
+                return hibernated
             batch = self._batch(step, plan, results) if early else None
             # Parked here, with no frame of its own: a parked turn's memory is its stack.
             woken, waiting = await park(
-                self.session_id, self.run_id, suspending, deadlines, batch, self._hot_window()
+                self.session_id, self.run_id, suspending, deadlines, batch, window
             )
             del batch
-            if waiting:
+            if waiting and window != 0:
                 # The hot window (or a deadline) ended the wait with calls unanswered.
                 decided = await self._hibernate(step, plan, results, None)
                 if decided["hibernated"]:
@@ -338,6 +342,26 @@ class _Turn:
                     ran = child_result(decided["childOutcome"])
                 results[item["toolCallId"]] = completed(ids(item), ran)
         return None
+
+    async def _hibernated_at_once(
+        self,
+        step: int,
+        plan: list[PlanItem],
+        results: dict[str, ToolResult],
+        window: float | None,
+    ) -> TurnOutcome | None:
+        """With a hot window of 0, the hibernate commit before the park: the outcome if the
+        turn hibernated; ``None`` if it parks (its window is not 0) or goes on live.
+
+        A wait of 0 would only find answers that the commit reads on the row anyway, so the
+        row decides first and only a batch it found settled parks, without waiting (taking
+        the wake-ups). A turn that hibernates records no DBOS step after its park, and one
+        that goes on records the park's: so a replay in the other order (under another
+        window, or by the release before) meets the steps the turn recorded."""
+        if window != 0:
+            return None
+        decided = await self._hibernate(step, plan, results, None)
+        return self._hibernated(None) if decided["hibernated"] else None
 
     def _hot_window(self) -> float | None:
         """This turn's hot window, if its park may hibernate: a turn recorded in layout 3."""
