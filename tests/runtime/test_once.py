@@ -9,6 +9,8 @@ import pytest
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
 from helix_dbos.runtime._commits.once import commit_once, exactly_once
+from helix_dbos.runtime._context import current
+from helix_dbos.store.history import list_checkpoints
 from helix_dbos.store.store import Fenced, guard
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -73,6 +75,8 @@ async def test_a_replay_fenced_by_its_own_landed_commit_returns_the_recorded_res
         return {"execution": calls}
 
     first = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    # The body's swap of the step's own row carried the checkpoint's pointer.
+    assert (await store.get("s")).latest_checkpoint_id == "wf:1:results"
     again = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
     assert first == again == {"execution": 1}
     assert calls == 2  # the replay ran its body, was fenced, and read the recorded result
@@ -150,3 +154,62 @@ async def test_an_exactly_once_step_files_keyword_calls_like_positional_ones(
 @exactly_once("helix.test.keyword_step", "finish")
 async def _keyword_step(session_id: str, run_id: str, value: int) -> dict[str, int]:
     return {"value": value}
+
+
+async def test_an_exactly_once_step_called_positionally_files_its_checkpoint(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A positional call binds its session and run like a keyword call (the step and its
+    ``direct`` form both take positional arguments); the checkpoint of a commit that is not a
+    model step counts no step."""
+    runtime = await make_runtime([editor_agent()])
+    await runtime.store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s")
+    )
+    assert await _keyword_step("s", "r1", 7) == {"value": 7}
+    assert await _keyword_step.direct("wf:5:finish", "s", "r2", 8) == {"value": 8}
+    async with runtime.store.reading():
+        [listed] = await list_checkpoints("s", "wf:5:finish")
+    assert (listed.session_id, listed.run_id, listed.step_count) == ("s", "r2", 0)
+
+
+_bodies: list[str] = []
+
+
+@exactly_once("helix.test.read_first_step", "finish")
+async def _read_first_step(session_id: str, run_id: str, text: str) -> dict[str, str]:
+    _bodies.append(text)
+    await current().store.append_messages(session_id, run_id, [Message(role="user", content=text)])
+    return {"text": text}
+
+
+@exactly_once("helix.test.unread_step", "finish", read_first=False)
+async def _unread_step(session_id: str, run_id: str, text: str) -> dict[str, str]:
+    _bodies.append(text)
+    await current().store.append_messages(session_id, run_id, [Message(role="user", content=text)])
+    return {"text": text}
+
+
+async def test_an_exactly_once_step_runs_again_under_its_slot_as_its_read_first_says(
+    make_runtime: MakeRuntime,
+) -> None:
+    """Run again under the same slot (a replay), a step that reads first returns the recorded
+    result without running its body; one that does not (``read_first=False``) runs its body,
+    and the checkpoint's key refuses its writes. Either way the writes land once, under the
+    slot given."""
+    runtime = await make_runtime([editor_agent()])
+    store = runtime.store
+    await store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s")
+    )
+    _bodies.clear()
+    for _ in range(2):
+        assert await _read_first_step.direct("wf:6:finish", "s", "r", "read") == {"text": "read"}
+    assert _bodies == ["read"]
+    for _ in range(2):
+        assert await _unread_step.direct("wf:7:finish", "s", "r", "unread") == {"text": "unread"}
+    assert _bodies == ["read", "unread", "unread"]
+    assert [m.content for m in await store.load_messages("s")] == ["read", "unread"]
+    async with store.reading():
+        slots = {c.checkpoint_id for c in await list_checkpoints("s")}
+    assert slots == {"wf:6:finish", "wf:7:finish"}

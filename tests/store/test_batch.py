@@ -274,7 +274,7 @@ async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
     store: SessionStore,
 ) -> None:
     """A compare-and-swap from a stale version fails the transaction: none of the writes
-    queued with it (messages, usage, events, checkpoint) land."""
+    queued with it (messages, usage, events, checkpoint) land, and the error names the row."""
     await store.create_session(session("s1", status="running", run_id="r"))
     stale = await store.get("s1")
     await store.update(["s1"], lambda s: None)  # another writer moves the row on
@@ -287,8 +287,13 @@ async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
         await store.save(stale)
         await store.write_checkpoint("s1", "r", step_count=1, state={}, checkpoint_id="c")
 
-    with pytest.raises(StaleStateError):
+    with pytest.raises(StaleStateError) as lost:
         await store.transact(commit, attempts=1)
+    # The HTTP error body names the row that changed, and so does the lost race the log
+    # line of a commit that gave up carries (its ``error``).
+    assert lost.value.to_body()["sessionId"] == "s1"
+    assert isinstance(lost.value.__cause__, StaleStateError)
+    assert lost.value.__cause__.message == "Session 's1' changed since version 0"
     state = await store.get("s1")
     assert (state.version, state.status) == (1, "running")
     assert await store.load_messages("s1") == []
@@ -514,3 +519,80 @@ async def test_a_checkpoint_after_the_rows_own_write_moves_the_pointer(
     await store.transact(swap)
     state = await store.get("s1")
     assert (state.latest_checkpoint_id, state.version) == ("b", 1)
+
+
+async def test_a_read_of_the_row_sees_its_queued_checkpoint_pointer(store: SessionStore) -> None:
+    """A checkpoint queued with its pointer is a queued write of the session row: a read of
+    the row later in the transaction sees the pointer moved."""
+    await store.create_session(session("s1"))
+
+    async def body() -> str | None:
+        await store.write_checkpoint("s1", None, step_count=1, state={}, checkpoint_id="c")
+        return (await store.get("s1")).latest_checkpoint_id
+
+    assert await store.transact(body) == "c"
+
+
+async def test_a_swap_from_a_prior_read_of_a_row_created_in_the_transaction_lands(
+    store: SessionStore,
+) -> None:
+    """A swap from a row read before (no read of its own, so no flush) of a row this
+    transaction creates: the creation is sent first, and the swap lands on it at the first
+    attempt (a swap sent before its row would lose, and the transaction run again)."""
+
+    runs = 0
+
+    async def create_then_swap() -> None:
+        nonlocal runs
+        runs += 1
+        created = await store.create_session(session("s2", status="running"))
+        await store.append_events("s2", None, [event("turn_start")])
+        store.read_earlier([created])
+        await store.update(["s2"], lambda s: None)
+
+    await store.transact(create_then_swap)
+    assert runs == 1  # no lost race: the swap found the row created
+    assert (await store.get("s2")).version == 1
+    assert await store.append_events("s2", None, [event("text")]) == 2
+
+
+async def test_two_swaps_of_a_row_in_a_transaction_both_land(store: SessionStore) -> None:
+    """A second swap of a row, from the row the first swap saved (handed over, not read
+    again), lands after the first: the first is sent before it, not replaced by it."""
+    await store.create_session(session("s1"))
+
+    runs = 0
+
+    async def twice() -> None:
+        nonlocal runs
+        runs += 1
+        saved, _ = await store.update(["s1"], lambda s: None)
+        store.read_earlier([saved["s1"]])
+        await store.update(["s1"], lambda s: None)
+
+    await store.transact(twice)
+    assert runs == 1  # no lost race: the second swap found the first one's version
+    assert (await store.get("s1")).version == 2
+
+
+async def test_events_of_a_held_row_join_its_later_swap_in_one_statement(
+    pg_store: SessionStore, statements: list[str]
+) -> None:
+    """Events queued on a row the transaction holds, then a swap of it from a row handed
+    over: one part of one statement (the swap carries the events' sequence), not a flush
+    before the swap."""
+    store = pg_store
+    await store.create_session(session("s1"))
+
+    async def body() -> None:
+        saved, _ = await store.update(["s1"], lambda s: None)
+        await store.get("s1")  # sends the swap: the row is held from now on
+        statements.clear()
+        await store.append_events("s1", None, [event("text")])
+        store.read_earlier([saved["s1"]])
+        await store.update(["s1"], lambda s: None)
+
+    await store.transact(body)
+    assert len([s for s in statements if "cas_states" in s or "new_events" in s]) == 1
+    assert (await store.get("s1")).version == 2
+    assert await store.append_events("s1", None, [event("text")]) == 2
