@@ -8,7 +8,7 @@ import pytest
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime._commits.once import commit_once, exactly_once
+from helix_dbos.runtime._commits.once import CommitContext, Policy, commit_once, exactly_once
 from helix_dbos.store.store import Fenced, guard
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -35,10 +35,19 @@ async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
         await store.append_messages("s", "r", [Message(role="user", content=f"write {n}")])
         return {"execution": n}
 
-    first = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
-    again = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
+    first = await commit_once(
+        CommitContext("wf:1:test"), "s", "r", body, policy=Policy(read_first=read_first)
+    )
+    again = await commit_once(
+        CommitContext("wf:1:test"), "s", "r", body, policy=Policy(read_first=read_first)
+    )
     racing = await asyncio.gather(
-        *[commit_once("wf:2:test", "s", "r", 0, body, read_first=read_first) for _ in range(5)]
+        *[
+            commit_once(
+                CommitContext("wf:2:test"), "s", "r", body, policy=Policy(read_first=read_first)
+            )
+            for _ in range(5)
+        ]
     )
     assert first == again == {"execution": 1}
     assert len({r["execution"] for r in racing}) == 1
@@ -72,12 +81,18 @@ async def test_a_replay_fenced_by_its_own_landed_commit_returns_the_recorded_res
         await store.update(["s"], move)
         return {"execution": calls}
 
-    first = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
-    again = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    first = await commit_once(
+        CommitContext("wf:1:results"), "s", "r", body, policy=Policy(read_first=False)
+    )
+    again = await commit_once(
+        CommitContext("wf:1:results"), "s", "r", body, policy=Policy(read_first=False)
+    )
     assert first == again == {"execution": 1}
     assert calls == 2  # the replay ran its body, was fenced, and read the recorded result
     with pytest.raises(Fenced):
-        await commit_once("wf:2:results", "s", "r", 0, body, read_first=False)
+        await commit_once(
+            CommitContext("wf:2:results"), "s", "r", body, policy=Policy(read_first=False)
+        )
     assert (await store.get("s")).run_id == "r:continuation"
 
 
@@ -107,8 +122,12 @@ async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
         )
         return {"sessionId": "p.call_1"}
 
-    first = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
-    again = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
+    first = await commit_once(
+        CommitContext("wf:3:start_child"), "p.call_1", "run_call_1", start_child
+    )
+    again = await commit_once(
+        CommitContext("wf:3:start_child"), "p.call_1", "run_call_1", start_child
+    )
     assert first == again == {"sessionId": "p.call_1"}
     assert [m.content for m in await store.load_messages("p.call_1")] == ["hi"]
 
@@ -127,7 +146,7 @@ async def test_store_writes_in_a_step_join_its_transaction(make_runtime: MakeRun
         raise RuntimeError("the step fails after its write")
 
     with pytest.raises(RuntimeError):
-        await commit_once("wf:4:test", "s", "r", 0, body)
+        await commit_once(CommitContext("wf:4:test"), "s", "r", body)
     assert await store.load_messages("s") == []
     assert await store.get_checkpoint("wf:4:test") is None
 

@@ -21,7 +21,7 @@ from ...core.events import event
 from ...core.session import SessionState
 from ...store.store import guard
 from .. import names
-from .._commits.once import commit_once
+from .._commits.once import CommitContext, commit_once
 from .._context import current
 from .._notifications import outbox_rows as notes
 from ..records import PlanItem, ServerToolResult, ToolResult
@@ -76,7 +76,12 @@ async def register(
         return {k: v.deadline_at for k, v in entries.items()}
 
     parked = await commit_once(
-        slot, session_id, run_id, step, commit, session_ids=[session_id, root_id]
+        CommitContext(slot),
+        session_id,
+        run_id,
+        commit,
+        step_count=step,
+        session_ids=[session_id, root_id],
     )
     return {**deadlines, **parked}
 

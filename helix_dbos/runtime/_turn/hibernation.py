@@ -40,7 +40,7 @@ from ...core.session import PendingCall, SessionState, batch_of
 from ...observability.log import log_event
 from ...store.store import Fenced, NoChange, guard, now_ms
 from .. import names
-from .._commits.once import commit_once, recorded
+from .._commits.once import CommitContext, commit_once, recorded
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import current
 from .._triage import SUSPENDING_KINDS
@@ -192,7 +192,7 @@ async def hibernate(
         return decided
 
     try:
-        decided = await commit_once(slot, session_id, run_id, 0, body)
+        decided = await commit_once(CommitContext(slot), session_id, run_id, body)
     except Fenced as fenced:
         if await recorded(names.turn_slot(workflow_id, run_id, step, "results")) is not None:
             # The submit that completed the batch committed its results already (early, as
