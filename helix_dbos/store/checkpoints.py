@@ -23,7 +23,32 @@ from .batch import CHECKPOINTS, STATES, current_batch
 from .engine import StoreEngine
 from .schema import checkpoints, messages, states
 
-__all__ = ["Pointing", "latest_checkpoint", "pointer_for", "pointing", "write_checkpoint"]
+__all__ = [
+    "Pointing",
+    "latest_checkpoint",
+    "pointer_for",
+    "pointing",
+    "stamp",
+    "write_checkpoint",
+]
+
+
+def stamp(created_at: datetime | None) -> datetime:
+    """A checkpoint's stamp in UTC: now, or the instant ``created_at`` names, whatever the
+    host's time zone. Rule 14 compares stamps, and SQLite keeps a time without its offset: a
+    stamp kept in local time would read back hours off and hold the pointer back.
+
+    Raises:
+        ValueError: ``created_at`` carries no time zone, so it names no instant.
+    """
+    if created_at is None:
+        return datetime.now(UTC)
+    if created_at.tzinfo is None or created_at.utcoffset() is None:
+        raise ValueError(
+            f"created_at {created_at.isoformat()} has no time zone: give an aware datetime "
+            "(for example datetime.now(UTC))"
+        )
+    return created_at.astimezone(UTC)
 
 
 @dataclass
@@ -77,6 +102,7 @@ async def write_checkpoint(
     """Write a checkpoint (queued in a transaction that queues its writes) and point the
     session at it, unless ``pointed`` or it points at a newer one; its id."""
     checkpoint_id = checkpoint_id or f"cp_{uuid.uuid4().hex}"
+    created_at = stamp(created_at)
     batch = current_batch(conn)
     if batch is not None:
         await batch.checkpoint(
@@ -87,7 +113,7 @@ async def write_checkpoint(
                 "step_count": step_count,
                 "message_count": message_count,
                 "state": state,
-                "created_at": (created_at or datetime.now(UTC)).isoformat(),
+                "created_at": created_at.isoformat(),
             },
             pointed=pointed,
         )
@@ -100,7 +126,6 @@ async def write_checkpoint(
             .where(messages.c.session_id == session_id)
             .scalar_subquery()
         )
-    created_at = created_at or datetime.now(UTC)
     async with db.transaction(conn) as c:
         await c.execute(
             checkpoints.insert().values(

@@ -458,7 +458,9 @@ class SessionStore:
 
         ``message_count`` defaults to the session's messages as the transaction sees them. A
         given ``checkpoint_id`` that exists already fails with ``IntegrityError`` (the
-        runtime's exactly-once marker for a step's writes).
+        runtime's exactly-once marker for a step's writes). ``created_at``: the stamp, now
+        if not given; an aware datetime, kept as its instant in UTC (a naive one raises
+        ``ValueError``: it names no instant).
         """
         return await checkpoints.write_checkpoint(
             self._db,

@@ -18,6 +18,7 @@ import pytest
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import names
+from helix_dbos.runtime._commits.once import CommitContext
 from helix_dbos.runtime._commits.opening import open_turn
 from helix_dbos.runtime._turn import steps
 from helix_dbos.runtime.records import PlanItem, ToolResult
@@ -54,7 +55,7 @@ async def test_a_stale_commit_between_the_claims_read_and_its_swap_writes_nothin
     async def stale_commit() -> Any:
         slot = names.turn_slot(first.workflow_id or "", stale_run, 5, "results")
         return await steps.commit_results.direct(
-            slot, sid, sid, stale_run, names.next_run_id(stale_run), [item], given
+            CommitContext(slot), sid, sid, stale_run, names.next_run_id(stale_run), [item], given
         )
 
     original = SessionStore.resume_inputs

@@ -44,13 +44,13 @@ class Commits:
         self.fallbacks: list[str] = []
         real_commit = once.commit_once
 
-        async def counted_commit(slot: str, *args: Any, **kwargs: Any) -> Any:
-            kind = slot.rpartition(":")[2]
+        async def counted_commit(context: once.CommitContext, *args: Any, **kwargs: Any) -> Any:
+            kind = context.slot.rpartition(":")[2]
             self.statements[kind].append([])
             self.commands[kind].append([])
             token = _counting.set(kind)
             try:
-                return await real_commit(slot, *args, **kwargs)
+                return await real_commit(context, *args, **kwargs)
             finally:
                 _counting.reset(token)
 

@@ -23,7 +23,7 @@ from helix_dbos.errors import ApprovalMismatchError, StaleStateError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.observability.approval_metrics import ApprovalMetrics
 from helix_dbos.runtime import AgentRuntime
-from helix_dbos.runtime._commits.once import after_commit, commit_once
+from helix_dbos.runtime._commits.once import CommitContext, after_commit, commit_once
 from helix_dbos.runtime.live_metrics import scrape
 from tests.runtime.conftest import MakeRuntime
 
@@ -301,10 +301,12 @@ async def test_commit_effects_run_once_only_for_the_commit_that_landed(
             raise StaleStateError("a lost race: the transaction runs again")
         return n
 
-    assert await commit_once("wf:1:test", "s", "r", 0, body) == 2
+    assert await commit_once(CommitContext("wf:1:test"), "s", "r", body) == 2
     assert effects == [2]
-    assert await commit_once("wf:1:test", "s", "r", 0, body) == 2  # a replay: recorded
-    racing = await asyncio.gather(*[commit_once("wf:2:test", "s", "r", 0, body) for _ in range(4)])
+    assert await commit_once(CommitContext("wf:1:test"), "s", "r", body) == 2  # a replay: recorded
+    racing = await asyncio.gather(
+        *[commit_once(CommitContext("wf:2:test"), "s", "r", body) for _ in range(4)]
+    )
     assert len(set(racing)) == 1
     assert effects == [2, racing[0]]
 

@@ -8,7 +8,7 @@ import pytest
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
-from helix_dbos.runtime._commits.once import commit_once, exactly_once
+from helix_dbos.runtime._commits.once import CommitContext, Policy, commit_once, exactly_once
 from helix_dbos.runtime._context import current
 from helix_dbos.store.history import list_checkpoints
 from helix_dbos.store.store import Fenced, guard
@@ -37,10 +37,19 @@ async def test_a_re_executed_step_writes_nothing_and_returns_the_first_result(
         await store.append_messages("s", "r", [Message(role="user", content=f"write {n}")])
         return {"execution": n}
 
-    first = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
-    again = await commit_once("wf:1:test", "s", "r", 0, body, read_first=read_first)
+    first = await commit_once(
+        CommitContext("wf:1:test"), "s", "r", body, policy=Policy(read_first=read_first)
+    )
+    again = await commit_once(
+        CommitContext("wf:1:test"), "s", "r", body, policy=Policy(read_first=read_first)
+    )
     racing = await asyncio.gather(
-        *[commit_once("wf:2:test", "s", "r", 0, body, read_first=read_first) for _ in range(5)]
+        *[
+            commit_once(
+                CommitContext("wf:2:test"), "s", "r", body, policy=Policy(read_first=read_first)
+            )
+            for _ in range(5)
+        ]
     )
     assert first == again == {"execution": 1}
     assert len({r["execution"] for r in racing}) == 1
@@ -74,14 +83,20 @@ async def test_a_replay_fenced_by_its_own_landed_commit_returns_the_recorded_res
         await store.update(["s"], move)
         return {"execution": calls}
 
-    first = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    first = await commit_once(
+        CommitContext("wf:1:results"), "s", "r", body, policy=Policy(read_first=False)
+    )
     # The body's swap of the step's own row carried the checkpoint's pointer.
     assert (await store.get("s")).latest_checkpoint_id == "wf:1:results"
-    again = await commit_once("wf:1:results", "s", "r", 0, body, read_first=False)
+    again = await commit_once(
+        CommitContext("wf:1:results"), "s", "r", body, policy=Policy(read_first=False)
+    )
     assert first == again == {"execution": 1}
     assert calls == 2  # the replay ran its body, was fenced, and read the recorded result
     with pytest.raises(Fenced):
-        await commit_once("wf:2:results", "s", "r", 0, body, read_first=False)
+        await commit_once(
+            CommitContext("wf:2:results"), "s", "r", body, policy=Policy(read_first=False)
+        )
     assert (await store.get("s")).run_id == "r:continuation"
 
 
@@ -111,8 +126,12 @@ async def test_a_re_executed_sub_agent_start_returns_its_recorded_result(
         )
         return {"sessionId": "p.call_1"}
 
-    first = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
-    again = await commit_once("wf:3:start_child", "p.call_1", "run_call_1", 0, start_child)
+    first = await commit_once(
+        CommitContext("wf:3:start_child"), "p.call_1", "run_call_1", start_child
+    )
+    again = await commit_once(
+        CommitContext("wf:3:start_child"), "p.call_1", "run_call_1", start_child
+    )
     assert first == again == {"sessionId": "p.call_1"}
     assert [m.content for m in await store.load_messages("p.call_1")] == ["hi"]
 
@@ -131,7 +150,7 @@ async def test_store_writes_in_a_step_join_its_transaction(make_runtime: MakeRun
         raise RuntimeError("the step fails after its write")
 
     with pytest.raises(RuntimeError):
-        await commit_once("wf:4:test", "s", "r", 0, body)
+        await commit_once(CommitContext("wf:4:test"), "s", "r", body)
     assert await store.load_messages("s") == []
     assert await store.get_checkpoint("wf:4:test") is None
 
@@ -167,7 +186,7 @@ async def test_an_exactly_once_step_called_positionally_files_its_checkpoint(
         SessionState(session_id="s", agent_type="editor", root_session_id="s")
     )
     assert await _keyword_step("s", "r1", 7) == {"value": 7}
-    assert await _keyword_step.direct("wf:5:finish", "s", "r2", 8) == {"value": 8}
+    assert await _keyword_step.direct(CommitContext("wf:5:finish"), "s", "r2", 8) == {"value": 8}
     async with runtime.store.reading():
         [listed] = await list_checkpoints("s", "wf:5:finish")
     assert (listed.session_id, listed.run_id, listed.step_count) == ("s", "r2", 0)
@@ -183,7 +202,7 @@ async def _read_first_step(session_id: str, run_id: str, text: str) -> dict[str,
     return {"text": text}
 
 
-@exactly_once("helix.test.unread_step", "finish", read_first=False)
+@exactly_once("helix.test.unread_step", "finish", policy=Policy(read_first=False))
 async def _unread_step(session_id: str, run_id: str, text: str) -> dict[str, str]:
     _bodies.append(text)
     await current().store.append_messages(session_id, run_id, [Message(role="user", content=text)])
@@ -204,10 +223,14 @@ async def test_an_exactly_once_step_runs_again_under_its_slot_as_its_read_first_
     )
     _bodies.clear()
     for _ in range(2):
-        assert await _read_first_step.direct("wf:6:finish", "s", "r", "read") == {"text": "read"}
+        assert await _read_first_step.direct(CommitContext("wf:6:finish"), "s", "r", "read") == {
+            "text": "read"
+        }
     assert _bodies == ["read"]
     for _ in range(2):
-        assert await _unread_step.direct("wf:7:finish", "s", "r", "unread") == {"text": "unread"}
+        assert await _unread_step.direct(CommitContext("wf:7:finish"), "s", "r", "unread") == {
+            "text": "unread"
+        }
     assert _bodies == ["read", "unread", "unread"]
     assert [m.content for m in await store.load_messages("s")] == ["read", "unread"]
     async with store.reading():

@@ -2,7 +2,9 @@
 (ARCHITECTURE.md, rule 3): a lost compare-and-swap (on Postgres, at the batch's flush) runs the
 whole transaction again, the mutation with it, on rows read again. So a mutation changes only
 the rows it is given and reports through its return value: run twice on the same rows, it
-changes them alike and returns the same.
+changes them alike and returns the same. And it never calls out: no log line, metric, span,
+wake-up, store call or I/O happens while it runs (a retried transaction would do it again,
+and a rolled-back one would have done it for nothing).
 
 ``Twice`` runs each mutation of a turn's life that way: first on a copy of the rows, then on
 the rows, and notes every difference. The scenarios below take each mutation in
@@ -31,7 +33,10 @@ from helix_dbos.core import ToolAsks, clock, define_agent, define_tool, tool_ans
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
+from helix_dbos.observability.log import log_event
 from helix_dbos.runtime import AgentRuntime
+from helix_dbos.store.hibernated import claim_due
+from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.store import NoChange, SessionStore
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import agent, completed, delegate_script, hibernated
@@ -106,6 +111,7 @@ class Twice:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: set[tuple[str, str, int]] = set()
         self.differences: list[str] = []
+        self.calls_out: set[str] = set()
         original = SessionStore.update
 
         async def update(store: SessionStore, ids: Any, mutate: Any, **kwargs: Any) -> Any:
@@ -125,7 +131,8 @@ class Twice:
             rows = {k: s.model_copy(deep=True) for k, s in states.items()}
             # A mutation may read the clock (an answer's time): each run of a retried
             # transaction reads it anew, so both runs here read it at one instant.
-            with _one_instant():
+            home = str(getattr(mutate, "__module__", ""))
+            with _one_instant(), _watching_calls_out(self.calls_out, name, home):
                 first = _run(mutate, rows)
                 try:
                     value = mutate(states)
@@ -154,6 +161,97 @@ class Twice:
             k: s.model_dump() for k, s in states.items()
         }:
             self.differences.append(f"{name}: the two runs left different rows")
+
+
+#: What a mutation must never call, by module: the log, metrics and spans, the store (but
+#: ``swap``, whose ``guard`` and ``NoChange`` a mutation uses), wake-ups and notifications,
+#: DBOS, the event loop, the database drivers, I/O.
+_CALLING_OUT = (
+    "helix_dbos.observability",
+    "helix_dbos.store.",
+    "helix_dbos.runtime._turn.wake",
+    "helix_dbos.runtime._notifications",
+    "dbos",
+    "asyncio",
+    "logging",
+    "sqlalchemy",
+    "psycopg",
+    "aiosqlite",
+    "opentelemetry",
+    "prometheus_client",
+    "socket",
+    "_socket",
+    "select",
+    "io",
+    "_io",
+    "os",
+    "posix",
+    "subprocess",
+)
+_MAY_CALL = ("helix_dbos.store.swap",)
+_BUILTINS_OUT = frozenset({"print", "open", "input"})
+
+
+def _calls_out(module: str, function: str, home: str) -> bool:
+    """Whether calling ``function`` of ``module`` is a call out of a mutation defined in the
+    module ``home``: the mutation's own code (and its module's helpers) is not."""
+    if module == "builtins":
+        return function in _BUILTINS_OUT
+    if module == home or module.startswith(_MAY_CALL):
+        return False
+    return any(
+        module.startswith(m) if m.endswith(".") else module == m or module.startswith(m + ".")
+        for m in _CALLING_OUT
+    )
+
+
+@contextmanager
+def _watching_calls_out(found: set[str], name: tuple[str, str, int], home: str) -> Iterator[None]:
+    """Within this block (a mutation's runs, synchronous), note in ``found`` every call out
+    made on this thread: Python functions by their module, built-in ones by theirs.
+
+    Only this thread, only while the mutation runs: a mutation is synchronous, so no other
+    task of the event loop (a keeper's pass, a submit) runs meanwhile, and a keeper's own
+    mutation is watched as its own (``home``: the module that defines the mutation, whose
+    code is the mutation's, even in the store: the keeper's claim is ``store.hibernated``'s).
+    """
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            module = str(frame.f_globals.get("__name__", ""))
+            function = frame.f_code.co_qualname
+        elif event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            module = getattr(arg, "__module__", None) or type(owner).__module__
+            function = getattr(arg, "__qualname__", "?")
+        else:
+            return
+        if _calls_out(module, function, home):
+            found.add(f"{name}: {module}.{function}")
+
+    before = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield
+    finally:
+        sys.setprofile(before)
+
+
+def test_a_call_out_of_a_mutation_is_seen() -> None:
+    """The watch sees a log line and a file opened from a mutation, and not what a mutation
+    may do (change its rows, read the clock, raise ``NoChange``)."""
+    found: set[str] = set()
+    state = SessionState(session_id="s", agent_type="a", root_session_id="s")
+    with _watching_calls_out(found, ("m", "f", 1), __name__):
+        state.metadata["k"] = clock.now_ms()
+        NoChange(None)
+    assert found == set()
+    with _watching_calls_out(found, ("m", "f", 1), __name__):
+        log_event("mutation.called_out", sessionId="s")
+        with open(__file__) as source:
+            source.read(1)
+    assert "('m', 'f', 1): helix_dbos.observability.log.log_event" in found, found
+    assert "('m', 'f', 1): io.open" in found, found
 
 
 @contextmanager
@@ -352,5 +450,29 @@ async def test_every_mutation_does_the_same_when_run_twice(
     await _companion_turns(rt)
     await _asking_turns(rt)
     assert twice.differences == []
+    assert twice.calls_out == set(), "a mutation called out (it would again on every re-run)"
     untaken = [s for s in _sites_in_runtime() if not any(s.takes(*call) for call in twice.calls)]
     assert untaken == [], "a mutation of the runtime no scenario here takes"
+
+
+async def test_the_keepers_claim_calls_nothing_out(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keeper's claim on SQLite (``store.hibernated.claim_due``, a mutation of the store
+    that the keeper passes to ``update`` once a second) runs under the watch as any mutation
+    does: its own code is not a call out of it."""
+    await asyncio.to_thread(upgrade, sqlite_url)
+    twice = Twice(monkeypatch)
+    store = SessionStore.from_url(sqlite_url)
+    try:
+        state = SessionState(
+            session_id="due", agent_type="a", root_session_id="due", status="suspended_client_tool"
+        )
+        state.metadata["hibernated"] = {"at": 1, "workflowId": "w", "step": 0, "dueAt": 1_000}
+        await store.create_session(state)
+        claimed = await claim_due(store, "due", 5_000, 30_000)
+    finally:
+        await store.close()
+    assert claimed is not None
+    assert twice.differences == []
+    assert twice.calls_out == set()

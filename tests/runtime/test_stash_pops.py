@@ -13,6 +13,7 @@ from dbos import DBOS
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, names, records
+from helix_dbos.runtime._commits.once import CommitContext
 from helix_dbos.runtime._turn import steps
 from helix_dbos.runtime.records import TurnError, TurnSummary
 from tests.runtime.conftest import MakeRuntime
@@ -61,7 +62,9 @@ async def _finish(rt: AgentRuntime, sid: str, outcome: str) -> dict[str, Any]:
     error: TurnError | None = None
     if outcome != "completed":
         error = {"code": "x", "message": "x", "retryable": True}
-    done = await steps.finish_turn.direct(slot, sid, run, outcome, "", error, _summary(), sid)
+    done = await steps.finish_turn.direct(
+        CommitContext(slot), sid, run, outcome, "", error, _summary(), sid
+    )
     assert "fenced" not in done, done
     return (await rt.session(sid)).metadata
 

@@ -270,6 +270,28 @@ async def test_no_change_from_a_prior_read_is_decided_on_the_row(store: SessionS
     assert status == "interrupted"
 
 
+async def test_a_re_decision_on_the_row_that_writes_saves_it(store: SessionStore) -> None:
+    """A mutation that finds nothing to do on the earlier read, but something on the row as
+    it is now, writes it: the re-decision saves what it changed, at the row's version."""
+    await store.create_session(session("s1", status="running", run_id="r"))
+    prior = await store.get("s1")
+    await store.update(["s1"], lambda s: s["s1"].metadata.update(due=True))
+
+    def claim(states: dict[str, SessionState]) -> str:
+        s = states["s1"]
+        if not s.metadata.get("due"):
+            raise NoChange("nothing due")
+        s.metadata["due"] = False
+        s.metadata["claimed"] = True
+        return "claimed"
+
+    saved, value = await store.transact(lambda: store.update(["s1"], claim), read=[prior])
+    assert value == "claimed"
+    assert saved["s1"].version == prior.version + 2
+    row = await store.get("s1")
+    assert (row.version, row.metadata) == (prior.version + 2, {"due": False, "claimed": True})
+
+
 async def test_a_lost_compare_and_swap_lands_nothing_of_its_transaction(
     store: SessionStore,
 ) -> None:

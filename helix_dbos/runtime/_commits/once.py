@@ -13,6 +13,12 @@ The transaction is the store's unit of work, ``transact``: every store call the 
 joins it (a write cannot miss the step's connection), it is retried as a whole on a
 lost race or a transient database fault, and a failed guard (``Fenced``: the run was stopped
 or superseded) rolls it back so the step writes nothing.
+
+A commit takes what it is about (its session, its run, its body) and one ``CommitContext``:
+its slot and everything that makes it fast (the rows read before it, the inputs it hands on
+to the next model step, the continuing workflow its row names). Its body reads the context
+back with ``running()``; nothing else of a commit's signature is about speed. Whether a
+commit reads its slot first and how it retries are its ``Policy``, fixed by its kind.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
 from dbos import DBOS
@@ -28,16 +35,20 @@ from dbos import DBOS
 from ...core.session import SessionState
 from ...store import PENDING_CLEAR_ATTEMPTS, Fenced, IntegrityError
 from .._context import current
+from .._handover import EntryInputs, Resumption
 from ..records import FENCED_KEY, CheckpointKind, FencedResult
 
 __all__ = [
     "FENCED",
+    "CommitContext",
     "OnceStep",
+    "Policy",
     "after_commit",
     "commit_once",
     "exactly_once",
     "marker",
     "recorded",
+    "running",
 ]
 
 R = TypeVar("R")
@@ -46,6 +57,57 @@ P = ParamSpec("P")
 FENCED: Final = FENCED_KEY
 """The key of a step result whose commit was fenced: ``{"fenced": <reason>}``
 (``records.FencedResult``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitContext:
+    """Where one commit lands and what it starts from: the value its caller hands it, so that
+    the commit's own signature says only what it writes.
+
+    ``slot``: the checkpoint id (``names.turn_slot``, ``marker``). The rest only saves work
+    and never changes what lands: ``read``, session rows read before the commit, which its
+    updates swap from instead of reading them again (``SessionStore.transact``; first attempt
+    only); ``inputs``, the inputs of a model step as the commit before it left them, so the
+    step reads nothing back (``_handover``); ``resumption``, a woken turn's rows and
+    conversation, which its results commit swaps from and hands on to the next model step
+    (``_handover.Resumption``); ``rebind``, the continuation workflow of a hibernated turn,
+    which its results commit names on the row (the continuation runs in the first workflow's
+    slots, so the slot alone does not say who runs it).
+    """
+
+    slot: str
+    read: Sequence[SessionState] = ()
+    inputs: EntryInputs | None = None
+    resumption: Resumption | None = None
+    rebind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How a kind of commit runs, fixed by its body, not by its caller.
+
+    ``read_first=False`` skips the first attempt's read of the slot: for a body whose writes
+    cannot land twice (its guard fails once it has committed, or the checkpoint's key refuses
+    the second), the slot is read only when the body is fenced or the checkpoint already
+    exists; a retried attempt always reads (the commit it retries may have landed).
+    ``attempts`` bounds the retries on lost compare-and-swap races, logged as
+    ``retry_event`` / ``failed_event``.
+    """
+
+    read_first: bool = True
+    attempts: int = PENDING_CLEAR_ATTEMPTS
+    retry_event: str | None = None
+    failed_event: str | None = None
+
+
+_running: ContextVar[CommitContext | None] = ContextVar("helix_commit", default=None)
+
+
+def running() -> CommitContext:
+    """Within an exactly-once commit's body: the context its caller handed it."""
+    context = _running.get()
+    assert context is not None, "only inside an exactly-once commit"
+    return context
 
 
 #: The effects the running commit's body asked for once it lands (``after_commit``).
@@ -83,44 +145,39 @@ async def recorded(slot: str) -> dict[str, Any] | None:
 
 
 async def commit_once(
-    slot: str,
+    context: CommitContext,
     session_id: str,
     run_id: str | None,
-    step_count: int,
     body: Callable[[], Awaitable[R]],
     *,
-    attempts: int = PENDING_CLEAR_ATTEMPTS,
-    retry_event: str | None = None,
-    failed_event: str | None = None,
-    session_ids: list[str] | None = None,
-    read_first: bool = True,
-    read: Sequence[SessionState] = (),
+    step_count: int = 0,
+    policy: Policy = Policy(),
+    session_ids: Sequence[str] = (),
 ) -> R:
-    """Run ``body``'s writes and the checkpoint holding its result in one transaction.
-
-    ``attempts`` bounds the retries on lost compare-and-swap races (logged as
-    ``retry_event`` / ``failed_event`` with ``session_ids``). ``read_first=False`` skips the
-    first attempt's read of the slot: for a body whose writes cannot land twice (its guard
-    fails once it has committed, or the checkpoint's key refuses the second), the slot is read
-    only when the body is fenced or the checkpoint already exists. A retried attempt always
-    reads: the commit it retries may have landed. ``read``: session rows read before, which
-    the body's updates swap from (``SessionStore.transact``).
+    """Run ``body``'s writes and the checkpoint holding its result (under ``context.slot``,
+    filed under ``session_id`` and ``run_id`` with ``step_count``) in one transaction.
 
     ``body`` may run several times (the transaction is retried as a whole); it writes only
-    through the store (which joins the bound transaction) and logs nothing.
+    through the store (which joins the bound transaction) and logs nothing. It reads
+    ``context`` back with ``running()``. ``session_ids``: the rows it writes, for the log
+    lines of its retries (default: ``session_id``).
 
     Raises:
         Fenced: ``body``'s guard failed; nothing was written.
     """
     store = current().store
+    slot = context.slot
     attempts_made = 0
     effects: list[Callable[[], None]] = []
+    read: Sequence[SessionState] = context.read
+    if context.resumption is not None:
+        read = [*read, *context.resumption.read()]
 
     async def attempt() -> R:
         nonlocal attempts_made
         attempts_made += 1
         effects.clear()  # what an attempt rolled back asked for is not done
-        if read_first or attempts_made > 1:
+        if policy.read_first or attempts_made > 1:
             done = await store.get_checkpoint(slot)
             if done is not None:
                 return done["state"]["result"]  # type: ignore[no-any-return]
@@ -139,19 +196,20 @@ async def commit_once(
         return result
 
     token = _effects.set(effects)
+    running_token = _running.set(context)
     try:
         committed = await store.transact(
             attempt,
             read=read,
-            attempts=attempts,
-            retry_event=retry_event,
-            failed_event=failed_event,
-            log_fields={"sessionIds": session_ids or [session_id]},
+            attempts=policy.attempts,
+            retry_event=policy.retry_event,
+            failed_event=policy.failed_event,
+            log_fields={"sessionIds": list(session_ids) or [session_id]},
         )
         _run_effects(effects)
         return committed
     except Fenced as fenced:
-        if read_first:
+        if policy.read_first:
             raise
         # The run moved on: maybe because this very commit landed (a replay).
         return await _result_of(slot, fenced)  # type: ignore[no-any-return]
@@ -159,6 +217,7 @@ async def commit_once(
         # A concurrent execution of the same step committed first: its result is ours.
         return await _result_of(slot, duplicate)  # type: ignore[no-any-return]
     finally:
+        _running.reset(running_token)
         _effects.reset(token)
 
 
@@ -184,9 +243,9 @@ class OnceStep(Generic[P, R]):
     """An exactly-once commit, callable in either turn layout (``names.TURN_LAYOUT``).
 
     Calling it runs the commit as a DBOS step named ``name`` (layout 1: the checkpoint slot
-    is the step's own); ``direct(slot, ...)`` runs it as plain workflow code under an explicit,
-    replay-stable slot (layout 2: our checkpoint alone makes it exactly-once, no DBOS step
-    records it).
+    is the step's own); ``direct(context, ...)`` runs it as plain workflow code under the
+    context's explicit, replay-stable slot (layout 2: our checkpoint alone makes it
+    exactly-once, no DBOS step records it).
     """
 
     def __init__(
@@ -197,42 +256,37 @@ class OnceStep(Generic[P, R]):
         *,
         session_param: str,
         run_param: str,
-        retry_event: str | None,
-        failed_event: str | None,
-        read_first: bool,
+        policy: Policy,
     ) -> None:
         self._fn = fn
-        self._read_first = read_first
+        self._policy = policy
         self._kind = kind
         self._signature = inspect.signature(fn)
         self._session_param = session_param
         self._run_param = run_param
-        self._retry_event = retry_event
-        self._failed_event = failed_event
         functools.update_wrapper(self, fn)
 
         async def as_step(*args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
-            return await self.direct(marker(kind), *args, **kwargs)
+            return await self.direct(CommitContext(marker(kind)), *args, **kwargs)
 
         self._step = DBOS.step(name=name)(as_step)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R | FencedResult]:
         return self._step(*args, **kwargs)
 
-    async def direct(self, slot: str, *args: P.args, **kwargs: P.kwargs) -> R | FencedResult:
-        """Run the commit under ``slot`` (no DBOS step); ``{"fenced": reason}`` if fenced."""
+    async def direct(
+        self, context: CommitContext, *args: P.args, **kwargs: P.kwargs
+    ) -> R | FencedResult:
+        """Run the commit under ``context`` (no DBOS step); ``{"fenced": reason}`` if fenced."""
         bound = self._signature.bind(*args, **kwargs).arguments
         try:
             return await commit_once(
-                slot,
+                context,
                 str(bound[self._session_param]),
                 str(bound[self._run_param]),
-                0,
                 lambda: self._fn(*args, **kwargs),
-                retry_event=self._retry_event,
-                failed_event=self._failed_event,
+                policy=self._policy,
                 session_ids=_session_ids(bound, self._session_param),
-                read_first=self._read_first,
             )
         except Fenced as fenced:
             return {FENCED: fenced.reason}
@@ -244,12 +298,10 @@ def exactly_once(
     *,
     session_param: str = "session_id",
     run_param: str = "run_id",
-    retry_event: str | None = None,
-    failed_event: str | None = None,
-    read_first: bool = True,
+    policy: Policy = Policy(),
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], OnceStep[P, R]]:
-    """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``.
-    ``read_first``: see ``commit_once``.
+    """Make ``fn`` an exactly-once commit (see ``OnceStep``), registered as DBOS step ``name``,
+    run by ``policy``.
 
     The checkpoint is filed under the arguments named ``session_param`` and ``run_param``
     (bound by name, so positional and keyword calls file the same). A fenced commit returns
@@ -263,9 +315,7 @@ def exactly_once(
             kind,
             session_param=session_param,
             run_param=run_param,
-            retry_event=retry_event,
-            failed_event=failed_event,
-            read_first=read_first,
+            policy=policy,
         )
 
     return wrap

@@ -20,7 +20,7 @@ from ...core.markers import companion_notification
 from ...core.session import SessionState
 from ...observability.log import log_event
 from .. import names, records
-from .._commits.once import commit_once
+from .._commits.once import CommitContext, commit_once
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import current
 from ..records import TurnOutcome
@@ -86,10 +86,9 @@ async def report(session_id: str, run_id: str, root_session_id: str, outcome: Tu
         return how
 
     how = await commit_once(
-        names.companion_reply_slot(session_id, run_id),
+        CommitContext(names.companion_reply_slot(session_id, run_id)),
         session_id,
         run_id,
-        0,
         body,
         session_ids=[session_id, parent_id],
     )

@@ -71,7 +71,7 @@ async def run_continuation(
     with patience(None), workflow_task():
         turn = _ContinuedTurn(session_id, run_id, agent_type, root_session_id, names.TURN_LAYOUT)
         turn.workflow_id = slot_workflow_id
-        turn.rebind = DBOS.workflow_id
+        turn.handed.rebind = DBOS.workflow_id
         if not await turn.take_up(step, child):
             # Nothing hibernated on this batch (an id nobody should have started).
             return dict(stopped_outcome(run_id))
@@ -123,7 +123,7 @@ class _ContinuedTurn(_Turn):
             self._taken_read = None
             return False
         self.summary = record["summary"]
-        self.resume = (step, record["plan"], record["results"], child)
+        self.handed.taken_up = (step, record["plan"], record["results"], child)
         return True
 
     def _prior_read(self) -> ResumeRead | None:

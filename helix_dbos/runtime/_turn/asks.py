@@ -24,7 +24,7 @@ from ...core.events import event
 from ...core.session import SessionState
 from ...store import guard
 from .. import names
-from .._commits.once import commit_once
+from .._commits.once import CommitContext, commit_once
 from .._context import current
 from .._notifications import outbox_rows as notes
 from .._triage import waits
@@ -122,7 +122,7 @@ async def _commit(turn: _Turn, step: int, asked: list[PlanItem], round_: int) ->
     # A later round parks a turn already suspended, perhaps in a hibernated turn's
     # continuation: the row then names that workflow, which the answer must wake.
     statuses = ("running",) if round_ == 1 else ("running", "suspended_client_tool")
-    workflow_id = turn.rebind if round_ > 1 else None
+    workflow_id = turn.handed.rebind if round_ > 1 else None
 
     # What a client reads of each call: its arguments and the questions.
     shown: list[Any] = [{**i, "input": shown_input(i)} for i in asked]
@@ -152,7 +152,12 @@ async def _commit(turn: _Turn, step: int, asked: list[PlanItem], round_: int) ->
         return {k: v.deadline_at for k, v in entries.items()}
 
     return await commit_once(
-        slot, session_id, run_id, step, commit, session_ids=[session_id, root_id]
+        CommitContext(slot),
+        session_id,
+        run_id,
+        commit,
+        step_count=step,
+        session_ids=[session_id, root_id],
     )
 
 

@@ -37,7 +37,7 @@ from typing import Any, cast
 from ...core.agents import Agent
 from ...store import patience
 from .. import names
-from .._commits.once import FENCED
+from .._commits.once import FENCED, CommitContext
 from .._context import current
 from .._handover import Continued, ParkedBatch, ReadLost, ResumeRead, Resumption, detached
 from ..records import FencedResult, ModelStepResult, PlanItem, ToolResult, TurnSummary, WokenAnswers
@@ -65,7 +65,7 @@ async def continue_batch(
             except Exception as exc:
                 raise ReadLost() from exc
         settled = await steps.commit_results.direct(
-            batch.slot,
+            CommitContext(batch.slot, resumption=resumed, rebind=batch.rebind),
             batch.session_id,
             batch.root_session_id,
             batch.run_id,
@@ -73,8 +73,6 @@ async def continue_batch(
             batch.plan,
             batch.results,
             woken,
-            resumed=resumed,
-            workflow_id=batch.rebind,
         )
     inputs = resumed.take(settled) if resumed is not None else None
     agent = current().registry.get(batch.agent_type)
@@ -90,14 +88,16 @@ async def continue_batch(
     async def next_step() -> ModelStepResult | FencedResult:
         with patience(None):
             return await steps.model_answer(
-                names.turn_slot(batch.workflow_id, next_run, batch.step + 1, "model"),
+                CommitContext(
+                    names.turn_slot(batch.workflow_id, next_run, batch.step + 1, "model"),
+                    inputs=inputs,
+                ),
                 batch.session_id,
                 batch.root_session_id,
                 next_run,
                 batch.agent_type,
                 batch.step + 1,
                 summary,
-                entry=inputs,
             )
 
     return Continued(settled, detached(next_step()))

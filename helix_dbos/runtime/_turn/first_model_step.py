@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ...store import patience
 from .. import names
+from .._commits.once import CommitContext
 from .._handover import EntryInputs, FirstStep, detached
 from ..records import FencedResult, ModelStepResult
 from .outcomes import new_summary
@@ -38,14 +39,13 @@ def start_first_step(
     async def first_step() -> ModelStepResult | FencedResult:
         with patience(None):
             return await model_answer(
-                names.turn_slot(workflow_id, turn_id, 0, "model"),
+                CommitContext(names.turn_slot(workflow_id, turn_id, 0, "model"), inputs=entry),
                 session_id,
                 root_session_id,
                 turn_id,
                 agent_type,
                 0,
                 new_summary(),
-                entry=entry,
             )
 
     return detached(first_step())  # nobody takes it if the start failed

@@ -40,7 +40,7 @@ from ...core.session import PendingCall, SessionState, batch_of
 from ...observability.log import log_event
 from ...store import Fenced, NoChange, guard, now_ms
 from .. import names
-from .._commits.once import commit_once, recorded
+from .._commits.once import CommitContext, Policy, commit_once, recorded
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import current
 from .._triage import SUSPENDING_KINDS
@@ -124,6 +124,11 @@ def on_answer(owner: SessionState, run_id: str, ready: bool) -> bool:
     return True
 
 
+#: The hibernate commit reads no slot first: a second execution cannot land (the checkpoint's
+#: key refuses it, and the recorded result is read then).
+_HIBERNATE_POLICY = Policy(read_first=False)
+
+
 async def hibernate(
     session_id: str,
     run_id: str,
@@ -188,7 +193,11 @@ async def hibernate(
     row = await current().store.load(session_id)
     try:
         decided = await commit_once(
-            slot, session_id, run_id, 0, body, read_first=False, read=[row] if row else []
+            CommitContext(slot, read=[row] if row else []),
+            session_id,
+            run_id,
+            body,
+            policy=_HIBERNATE_POLICY,
         )
     except Fenced as fenced:
         if await recorded(names.turn_slot(workflow_id, run_id, step, "results")) is not None:

@@ -43,10 +43,17 @@ from ...store import (
     now_ms,
 )
 from .. import names
-from .._commits.once import FENCED, after_commit, commit_once, exactly_once
+from .._commits.once import (
+    FENCED,
+    CommitContext,
+    Policy,
+    after_commit,
+    commit_once,
+    exactly_once,
+    running,
+)
 from .._commits.opening import ACTIVE_STATUSES
 from .._context import current
-from .._handover import EntryInputs, Resumption
 from .._notifications import outbox_rows
 from .._triage import SUSPENDING_KINDS, plan_calls
 from ..records import (
@@ -95,24 +102,23 @@ MODEL_RETRY_BACKOFF = 2.0
 
 
 async def model_answer(
-    slot: str,
+    context: CommitContext,
     session_id: str,
     root_session_id: str,
     run_id: str,
     agent_type: str,
     step: int,
     summary: TurnSummary,
-    entry: EntryInputs | None = None,
 ) -> ModelStepResult | FencedResult:
     """Call the model on the session's conversation and commit its answer, exactly once.
 
-    Layout 2: plain workflow code whose checkpoint (``slot``) makes it exactly-once. The
-    commit (see ``_commit_model``) appends the assistant message and registers the
+    Layout 2: plain workflow code whose checkpoint (``context.slot``) makes it exactly-once.
+    The commit (see ``_commit_model``) appends the assistant message and registers the
     suspending calls. A re-execution after the commit (a replay) returns the committed
     answer: the provider is called again only when nothing was committed. A retryable
     provider error is retried ``MODEL_ATTEMPTS`` times in all, with backoff; the last one is
-    raised. ``entry``: the inputs of a new session's first step as its entry committed them
-    (``handover``), read from the store otherwise (and on any retry).
+    raised. The step starts from ``context.inputs`` when the commit before it handed them on
+    (``_handover``), and reads them from the store otherwise (and on any retry).
 
     Returns:
         ``{"response", "llm", "plan", "deadlines"}``.
@@ -121,7 +127,7 @@ async def model_answer(
     while True:
         try:
             return await _model_once(
-                slot, session_id, root_session_id, run_id, agent_type, step, summary, entry
+                context, session_id, root_session_id, run_id, agent_type, step, summary
             )
         except Exception as exc:
             if attempt >= MODEL_ATTEMPTS or not _retryable(exc):
@@ -136,28 +142,27 @@ async def model_answer(
                 errorCode=getattr(exc, "code", None),
             )
             attempt += 1
-            entry = None
+            context = CommitContext(context.slot)  # a retry reads its inputs itself
             await asyncio.sleep(delay)
 
 
 async def _model_once(
-    slot: str,
+    context: CommitContext,
     session_id: str,
     root_session_id: str,
     run_id: str,
     agent_type: str,
     step: int,
     summary: TurnSummary,
-    entry: EntryInputs | None = None,
 ) -> ModelStepResult | FencedResult:
     """One attempt of ``model_answer``."""
     ctx = current()
-    if entry is not None:
-        # A new run of a new session: nothing of it is committed beyond its entry.
-        state, done, history = entry.state, None, entry.history
+    if context.inputs is not None:
+        # Handed on by the commit before: nothing of this step is committed yet.
+        state, done, history = context.inputs.state, None, context.inputs.history
     else:
         try:
-            state, done, history = await ctx.store.step_inputs(session_id, slot)
+            state, done, history = await ctx.store.step_inputs(session_id, context.slot)
         except SessionNotFoundError:
             # A turn whose entry never committed (its process died in between): no run.
             return {FENCED: "session_missing"}
@@ -193,7 +198,12 @@ async def _model_once(
         # The row as read before the model call: the commit swaps from it (no second read)
         # and a commit that finds it changed (a stop, a new message) reads it again, locked.
         committed = await _commit_answer(
-            slot, session_id, root_session_id, run_id, step, answer, state
+            CommitContext(context.slot, read=(state,)),
+            session_id,
+            root_session_id,
+            run_id,
+            step,
+            answer,
         )
     except Fenced as fenced:
         # Stopped or superseded while the model ran: nothing is written, the answer dropped.
@@ -228,17 +238,25 @@ def _final(summary: TurnSummary, response: LLMResponse) -> TurnSummary:
     }
 
 
+#: A model step's commit: read just before the model call, it does not read its slot first.
+_MODEL_POLICY = Policy(
+    read_first=False,
+    attempts=OWNERSHIP_ATTEMPTS,
+    retry_event="client_tool.ownership_retry",
+    failed_event="client_tool.ownership_write_failed",
+)
+
+
 async def _commit_answer(
-    slot: str,
+    context: CommitContext,
     session_id: str,
     root_session_id: str,
     run_id: str,
     step: int,
     answer: _Answer,
-    read: SessionState,
 ) -> ModelStepResult:
-    """Commit ``answer`` under ``slot``, exactly once (``_commit_model``'s transaction), from
-    the session's row as ``read`` before the model call.
+    """Commit ``answer`` under ``context`` (its slot, and the session's row as read before
+    the model call), exactly once (``_commit_model``'s transaction).
 
     Raises:
         Fenced: the run was stopped or superseded while the model ran.
@@ -264,17 +282,13 @@ async def _commit_answer(
         }
 
     return await commit_once(
-        slot,
+        context,
         session_id,
         run_id,
-        step,
         commit,
-        attempts=OWNERSHIP_ATTEMPTS,
-        retry_event="client_tool.ownership_retry",
-        failed_event="client_tool.ownership_write_failed",
+        step_count=step,
+        policy=_MODEL_POLICY,
         session_ids=list(dict.fromkeys([session_id, root_session_id])),
-        read_first=False,  # read just before the model call
-        read=(read,),
     )
 
 
@@ -545,11 +559,13 @@ def _forget_child_ends(owner: SessionState, plan: list[PlanItem]) -> None:
 @exactly_once(
     names.COMMIT_RESULTS_STEP,
     "results",
-    retry_event="client_tool.clear_pending_retry",
-    failed_event="client_tool.clear_failed_exhausted",
-    # Once committed, the run has moved on (its guard fails) or, for server tools only, the
-    # tool results' unique index refuses a second copy: no read of the slot first.
-    read_first=False,
+    policy=Policy(
+        # Once committed, the run has moved on (its guard fails) or, for server tools only,
+        # the tool results' unique index refuses a second copy: no read of the slot first.
+        read_first=False,
+        retry_event="client_tool.clear_pending_retry",
+        failed_event="client_tool.clear_failed_exhausted",
+    ),
 )
 async def commit_results(
     session_id: str,
@@ -559,8 +575,6 @@ async def commit_results(
     plan: list[PlanItem],
     given: dict[str, ToolResult],
     woken: WokenAnswers | None = None,
-    resumed: Resumption | None = None,
-    workflow_id: str | None = None,
 ) -> CommittedResults:
     """Append one tool result per call in the model's order, and settle the suspending calls.
 
@@ -573,33 +587,31 @@ async def commit_results(
     Fenced: only the session's live run, still active, settles its calls; a stopped or
     superseded run writes nothing (``{"fenced": reason}``).
 
-    ``resumed``: the session's rows and conversation as read when the turn woke (layout 2):
-    the commit swaps from those rows (``SessionStore.read_earlier``), and is then one statement with no
-    transaction around it; it hands the next model step its inputs (``Resumption``).
-
-    ``workflow_id``: the workflow that continues a hibernated turn: the session's row names
-    it from this commit on (its next batch's wake-ups go to it), and the hibernation mark is
-    removed.
+    Its ``CommitContext`` (``once.running()``): ``resumption``, the session's rows and
+    conversation as read when the turn woke (layout 2): the commit swaps from those rows, and
+    is then one statement with no transaction around it; it hands the next model step its
+    inputs (``Resumption``). ``rebind``: the workflow that continues a hibernated turn: the
+    session's row names it from this commit on (its next batch's wake-ups go to it), and the
+    hibernation mark is removed.
 
     Returns:
         ``{"results": [...]}`` in the model's order (recorded, so a replay reads the same).
     """
     ctx = current()
+    context = running()
     at = now_ms()
     saved: SessionState | None = None
     stash: EntryStash | None = None
     if any(item["kind"] in SUSPENDING_KINDS for item in plan):
         settle = _Settle(session_id, root_session_id, run_id, next_run, plan, given, at)
-        if resumed is not None:
-            ctx.store.read_earlier(resumed.read())
         committed, (results, stash) = await ctx.store.update(
-            [session_id, root_session_id], settle.with_wake(woken, workflow_id)
+            [session_id, root_session_id], settle.with_wake(woken, context.rebind)
         )
         saved = committed[session_id]
         # The expiries' policy outcomes, on the decision record with the commit.
         await decisions_queue([decisions_expiry_row(saved, e, p, at) for e, p in settle.expired])
     else:
-        await ctx.store.update([session_id], _fence(session_id, run_id, plan, workflow_id, at))
+        await ctx.store.update([session_id], _fence(session_id, run_id, plan, context.rebind, at))
         results = [given[item["toolCallId"]] for item in plan]
     message = stash.get("message") if stash else None
     new_messages = [tool_result_message(r) for r in results]
@@ -615,8 +627,8 @@ async def commit_results(
     after_commit(lambda: approval_metrics.record_results(suspended))
     await ctx.store.append_events(session_id, run_id, _end_events(results, message))
     out: CommittedResults = {"results": results, "stashedMessage": bool(message)}
-    if resumed is not None and saved is not None:
-        resumed.offer(out, saved, new_messages)
+    if context.resumption is not None and saved is not None:
+        context.resumption.offer(out, saved, new_messages)
     return out
 
 
@@ -803,7 +815,7 @@ def ending(status: str, error: TurnError | None) -> Callable[[dict[str, SessionS
 
 
 # Once ended, its guard fails: no read of the slot first.
-@exactly_once(names.FINISH_STEP, "finish", read_first=False)
+@exactly_once(names.FINISH_STEP, "finish", policy=Policy(read_first=False))
 async def finish_turn(
     session_id: str,
     run_id: str,

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from dataclasses import dataclass
 from typing import Any, cast
 
 from dbos import DBOS
@@ -44,6 +45,7 @@ from ...errors import HelixError
 from ...observability.log import log_event
 from ...store import patience
 from .. import names
+from .._commits.once import CommitContext
 from .._context import current, rooms, workflow_task
 from .._handover import EntryInputs, FirstStep, ParkedBatch, ResumeRead
 from .._triage import SUSPENDING_KINDS
@@ -101,6 +103,28 @@ async def _given(read: ResumeRead) -> ResumeRead:
     return read
 
 
+TakenUp = tuple[int, list[PlanItem], dict[str, ToolResult], str | None]
+"""A hibernated batch a turn settles first: its step, that step's plan, the results known
+before its park, and the call whose sub-agent it waited on (then it runs the rest of the
+step's tools first)."""
+
+
+@dataclass(slots=True)
+class Handed:
+    """What a turn was handed by whoever runs it, beyond what the database holds: one value,
+    so the turn's own fields say what the turn is."""
+
+    next_step: EntryInputs | FirstStep | None = None
+    """What the next model step starts from, when this process has it: the step itself,
+    started as the entry committed (``_handover``) or by the last batch's job
+    (``batch_job``), or the entry's inputs (handed on in the step's ``CommitContext``)."""
+    taken_up: TakenUp | None = None
+    """Set on a turn taken up after it hibernated (``_hibernated/continuation.py``)."""
+    rebind: str | None = None
+    """The workflow that continues this turn after it hibernated: its next results commit
+    names it on the session's row (its ``CommitContext``)."""
+
+
 RETIRED_MESSAGE = (
     "This turn was recorded by a release whose turns this one no longer replays (contract-1); "
     "retry the session to run it again"
@@ -113,10 +137,8 @@ class _Turn:
     __slots__ = (
         "agent",
         "agent_type",
-        "entry",
+        "handed",
         "layout",
-        "rebind",
-        "resume",
         "root_session_id",
         "run_id",
         "session_id",
@@ -139,23 +161,13 @@ class _Turn:
         self.agent_type = agent_type
         self.agent: Agent = current().registry.get(agent_type)
         self.run_id = turn_id
-        self.entry: EntryInputs | FirstStep | None = None
-        """What the next model step starts from, when this process has it: the step itself,
-        started as the entry committed (``handover``) or by the last batch's job
-        (``batch_job``), or the entry's inputs."""
+        self.handed = Handed()
         self.summary = new_summary()
-        self.resume: tuple[int, list[PlanItem], dict[str, ToolResult], str | None] | None = None
-        """Set on a turn taken up after it hibernated: the step whose batch it settles
-        first, that step's plan, the results known before its park, and the call whose
-        sub-agent it waited on (then it runs the rest of the step's tools first)."""
-        self.rebind: str | None = None
-        """The workflow that continues this turn after it hibernated: its next results
-        commit names it on the session's row (``_hibernated/continuation.py``)."""
 
     async def run(self) -> TurnOutcome:
-        """Run the turn: from its entry, or (``resume`` set) from a batch it hibernated on."""
+        """Run the turn: from its entry, or (``handed.taken_up``) from a batch it hibernated on."""
         first = 0
-        resume, self.resume = self.resume, None
+        resume, self.handed.taken_up = self.handed.taken_up, None
         if resume is None:
             ended = await self._take_entry()
             if ended is not None:
@@ -191,7 +203,7 @@ class _Turn:
             return stopped_outcome(self.run_id)
         finally:
             # A step started for this turn that it ended (or was cancelled) before taking.
-            entry, self.entry = self.entry, None
+            entry, self.handed.next_step = self.handed.next_step, None
             if isinstance(entry, asyncio.Task):
                 entry.cancel()
             current().batch_jobs.forget(DBOS.workflow_id or "")
@@ -205,7 +217,7 @@ class _Turn:
             return stopped_outcome(self.run_id)
         if self.layout < 2:
             return await self._retired()  # after its entry committed, if it was ours
-        self.entry = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
+        self.handed.next_step = handed if isinstance(handed, (asyncio.Task, EntryInputs)) else None
         return None
 
     async def _retired(self) -> TurnOutcome:
@@ -237,17 +249,19 @@ class _Turn:
             self.summary["outputTokens"] += usage.get("output_tokens", 0)
         return await self._finish("failed", "", self._error(cause, exc.code, exc.retryable))
 
-    def _slot(self, step: int, kind: str) -> str:
-        """The checkpoint id of a layout-2 commit of this run."""
-        return names.turn_slot(self.workflow_id, self.run_id, step, kind)
+    def _at(self, step: int, kind: str, inputs: EntryInputs | None = None) -> CommitContext:
+        """The context of a layout-2 commit of this run: its slot (``inputs``: handed on)."""
+        return CommitContext(
+            names.turn_slot(self.workflow_id, self.run_id, step, kind), inputs=inputs
+        )
 
     async def _model(self, step: int) -> ModelStepResult | FencedResult:
         """The step's committed model answer (a subclass may start from a restored one)."""
         args = (self.session_id, self.root_session_id, self.run_id, self.agent_type, step)
-        entry, self.entry = self.entry, None  # handed over to one step only
+        entry, self.handed.next_step = self.handed.next_step, None  # to one step only
         if isinstance(entry, asyncio.Task):
             return cast("ModelStepResult | FencedResult", await entry)
-        return await model_answer(self._slot(step, "model"), *args, self.summary, entry=entry)
+        return await model_answer(self._at(step, "model", entry), *args, self.summary)
 
     async def _step(
         self,
@@ -447,7 +461,7 @@ class _Turn:
         given = None if read is None else functools.partial(_given, read)
         # The batch's job (``batch_job``): the one a submit started here for it, or run now.
         continued = await current().batch_jobs.run(batch, lambda b: continue_batch(b, woken, given))
-        settled, self.entry = continued.settled, continued.next_step
+        settled, self.handed.next_step = continued.settled, continued.next_step
         del continued
         ordered = check_fence(settled)["results"]
         steps.log_settled(self.session_id, self.run_id, ordered)
@@ -507,7 +521,7 @@ class _Turn:
             plan=plan,
             results=results,
             summary=self.summary,  # the job copies it before it adds to it
-            rebind=self.rebind,
+            rebind=self.handed.rebind,
         )
 
     async def _tool(self, item: PlanItem) -> ServerToolResult:
@@ -539,7 +553,7 @@ class _Turn:
     ) -> TurnOutcome:
         args = (self.session_id, self.run_id, outcome, text, error, self.summary)
         check_fence(
-            await steps.finish_turn.direct(self._slot(-1, "finish"), *args, self.root_session_id)
+            await steps.finish_turn.direct(self._at(-1, "finish"), *args, self.root_session_id)
         )
         log_event(
             "turn.summary",
