@@ -11,8 +11,6 @@ its continuation.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import logging
 import sys
@@ -24,7 +22,6 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from helix_dbos.cli import main
 from helix_dbos.config import HelixSettings
 from helix_dbos.core.agents import Agent, define_agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
@@ -33,6 +30,7 @@ from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names
 from helix_dbos.runtime._hibernated.keeper import keep_once
 from tests.runtime.hibernation_worker import hibernated, workflow_result
+from tests.support.inspect_cli import cli
 
 #: Seconds a ``quick`` call waits: its turn must hibernate before then (a slow machine too).
 QUICK_TIMEOUT = 3.0
@@ -104,18 +102,6 @@ async def runtime(db_url: str) -> AsyncIterator[AgentRuntime]:
     await rt.launch()
     yield rt
     await rt.shutdown()
-
-
-async def cli(*argv: str) -> tuple[int, str, str]:
-    """``helix-dbos`` in this process (off the event loop): exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-
-    def run() -> int:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return main(list(argv))
-
-    code = await asyncio.to_thread(run)
-    return code, out.getvalue(), err.getvalue()
 
 
 def iso(ms: int) -> str:

@@ -116,10 +116,14 @@ class MCPEndpoint:
         service_name: str | None = None,
         token_issuer: TokenIssuer | None = None,
         wait_seconds: float = WAIT_SECONDS,
+        checked: bool = False,
     ) -> None:
-        refuse_unless_authenticated(
-            authenticate, allow_unauthenticated, service_name, "MCP endpoint", "agents"
-        )
+        # ``checked``: mounted by the router, which has refused or warned for all its routes
+        # (one warning a server, not one a route group).
+        if not checked:
+            refuse_unless_authenticated(
+                authenticate, allow_unauthenticated, service_name, "MCP endpoint", "agents"
+            )
         self.runtime = runtime
         self.authenticate = authenticate
         self.token_issuer = token_issuer

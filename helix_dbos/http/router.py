@@ -181,6 +181,7 @@ def _serve_mcp(
         allow_unauthenticated=allow_unauthenticated,
         service_name=service_name,
         token_issuer=token_issuer,
+        checked=True,
     )
     mount_mcp(router, endpoint)
 

@@ -9,7 +9,6 @@ server without authentication, every session's.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.browser.inbox_page import events, send, wait_status
 from tests.conftest import create_pg_database, drop_pg_database
 
 from .conftest import SECRET, Served, Visit, start_serve, stop_serve
@@ -48,11 +48,6 @@ def open_pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]
         drop_pg_database(url)
 
 
-def send(page: Page, text: str) -> None:
-    page.get_by_label("Message").fill(text)
-    page.get_by_role("button", name="Send").click()
-
-
 def start_parked(base: str, document: str) -> dict[str, Any]:
     """A session started by another client (not the browser), parked on its approval."""
     body = {"agentType": "editor", "message": f"publish document {document}"}
@@ -73,29 +68,6 @@ def card(page: Page, document: str) -> Locator:
     """The approval of the publication of ``document`` in the page's list."""
     region = page.get_by_role("region", name="Approvals")
     return region.get_by_role("listitem").filter(has_text=f'"documentId": "{document}"')
-
-
-def events(base: str, session_id: str, headers: dict[str, str]) -> list[dict[str, Any]]:
-    answer = httpx.get(
-        f"{base}/sse", params={"sessionId": session_id}, headers=headers, timeout=20
-    ).text
-    return [
-        json.loads(line[len("data: ") :])
-        for line in answer.splitlines()
-        if line.startswith("data: ")
-    ]
-
-
-def wait_status(base: str, session_id: str, headers: dict[str, str], want: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        view = httpx.get(
-            f"{base}/status", params={"sessionId": session_id}, headers=headers, timeout=10
-        ).json()
-        if view["status"] == want:
-            return
-        assert time.monotonic() < deadline, view
-        time.sleep(0.05)
 
 
 def test_with_session_tokens_it_lists_and_answers_the_sessions_this_browser_started(

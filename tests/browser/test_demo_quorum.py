@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import expect
 
 from .conftest import SECRET, Served, Visit, server_env, start_server, stop_serve
-from .test_approvals_page import events, send, wait_status
+from .inbox_page import events, send, wait_status
 
 DOCUMENT = "old-notes"
 

@@ -25,7 +25,7 @@ from helix_dbos.http.mcp_tasks import input_requests, request_key, submit_answer
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
 from tests.mcp.conftest import Journal
-from tests.mcp.test_toolset import files, script
+from tests.mcp.scripted import files, script
 from tests.support.asgi import client_for
 
 

@@ -22,10 +22,10 @@ from helix_dbos.http import create_chat_router, create_router, install_error_han
 from helix_dbos.llm.scripted import ScriptedLLM
 from tests.agui.client import AguiThread
 from tests.mcp.conftest import Journal
-from tests.mcp.test_toolset import files, script
-from tests.serve.test_server_routes import chunks_of, user
+from tests.mcp.scripted import files, script
+from tests.serve.streams import chunks_of, user
 from tests.support.asgi import client_for
-from tests.test_inspect_hibernated import cli
+from tests.support.inspect_cli import cli
 
 CONFIRM = json.dumps([["files__confirm", {}]])
 WIPE = json.dumps([["files__wipe", {"path": "a.txt"}]])

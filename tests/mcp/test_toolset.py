@@ -17,32 +17,17 @@ import pytest
 from mcp_types import ToolAnnotations
 
 from helix_dbos.core.agents import define_agent
-from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
 from helix_dbos.errors import ToolDefinitionError
-from helix_dbos.llm.scripted import ScriptedLLM, call, reply
+from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.mcp import (
     MCP_SERVER_UNAVAILABLE,
-    MCPToolset,
     mcp_http,
     mcp_stdio,
 )
 from helix_dbos.runtime import AgentRuntime
-from tests.mcp.conftest import SERVER, Journal, server_env
-
-
-def script(request: LLMRequest) -> LLMResponse:
-    """A user message ``[[tool, args], ...]`` calls those tools; then the reply lists what
-    each call read, ``<errorCode or ok>: <content>``."""
-    last = request.messages[-1]
-    if last.role == "user":
-        return call(request, *[(name, args) for name, args in json.loads(last.content)])
-    tools = [m for m in request.messages if m.role == "tool"]
-    return reply(" | ".join(f"{m.error_code or 'ok'}: {m.content}" for m in tools))
-
-
-def files(journal: Journal, name: str = "files", **options: Any) -> MCPToolset:
-    return mcp_stdio(name, SERVER, env=server_env(journal, name), **options)
+from tests.mcp.conftest import Journal
+from tests.mcp.scripted import files, script
 
 
 async def turn(rt: AgentRuntime, *calls: tuple[str, dict[str, Any]]) -> str:

@@ -26,44 +26,15 @@ from helix_dbos.store.approvals import PendingApproval
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from helix_dbos.testing import capture_log_events
 from tests.runbook_sql import runbook_sql
+from tests.runtime.approval_steps import SETTLE_SECONDS, decide, parked, tool_end
 from tests.support.bank import ARGS, Bank, Transfer
 from tests.support.treasury import finance, treasurer
-
-SETTLE_SECONDS = 30.0
-
-
-async def parked(rt: AgentRuntime, tool: str, owner: str = "ada") -> PendingApproval:
-    handle = await rt.start("treasurer", tool, principal=owner, tenant="acme")
-    await rt.wait_for_pending(handle.session_id)
-    (approval,) = (await rt.approvals(session_id=handle.session_id)).approvals
-    return approval
-
-
-async def decide(
-    rt: AgentRuntime, a: PendingApproval, who: Decider, approved: bool = True, **more: Any
-) -> Any:
-    return await rt.submit_tool_result(
-        a.root_session_id,
-        a.tool_call_id,
-        kind="approval-response",
-        approval_id=a.approval_id,
-        approved=approved,
-        decider=who,
-        **more,
-    )
 
 
 async def record(rt: AgentRuntime, a: PendingApproval) -> list[dict[str, Any]]:
     """The approval's decisions, oldest first."""
     page = await list_decisions(rt.store, DecisionQuery(approval_id=a.approval_id))
     return [d.dump() for d in reversed(page.decisions)]
-
-
-async def tool_end(rt: AgentRuntime, session_id: str) -> dict[str, Any]:
-    await rt.wait(session_id, timeout=SETTLE_SECONDS)
-    events = await rt.store.read_events(session_id, 0)
-    (end,) = [e.data for e in events if e.type == "tool_end"]
-    return end
 
 
 async def test_four_eyes_refuses_the_sessions_own_principal(make_runtime: Any) -> None:

@@ -16,10 +16,10 @@ from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.decisions import DecisionQuery, list_decisions
 from helix_dbos.store.retention import Retention, sweep
 from helix_dbos.store.store import SessionStore
+from tests.runtime.approval_steps import decide, parked, tool_end
 from tests.runtime.conftest import MakeRuntime
-from tests.runtime.test_approval_policies import decide, parked, tool_end
-from tests.runtime.test_retention import rows_of, run_cli
-from tests.store.test_decisions import row, write
+from tests.runtime.retention_rows import rows_of, run_cli
+from tests.store.decision_rows import row, write
 from tests.support.bank import ARGS, Bank
 from tests.support.treasury import finance, treasurer
 

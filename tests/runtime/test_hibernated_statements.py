@@ -36,7 +36,7 @@ from helix_dbos.runtime._hibernated import continuation
 from helix_dbos.runtime._turn import hibernation
 from tests.runtime.agents import EditIn, EditOut, batch_script
 from tests.runtime.conftest import MakeRuntime
-from tests.runtime.test_commit_statements import Commits
+from tests.runtime.statement_counts import Commits
 
 _kind: contextvars.ContextVar[str | None] = contextvars.ContextVar("round_trip", default=None)
 

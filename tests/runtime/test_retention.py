@@ -9,15 +9,12 @@ runtime's sweeper and ``helix-dbos prune`` (dry run, then for real) do the same.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from helix_dbos.cli import main as cli_main
 from helix_dbos.core import define_agent, define_tool
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM, reply
@@ -27,17 +24,8 @@ from helix_dbos.store.store import SessionStore
 from tests.runtime.agents import EditIn, EditOut, batch_script, editor_agent
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.persistent_agents import keeper_agent
+from tests.runtime.retention_rows import rows_of, run_cli
 from tests.support.agent_tree import tree
-
-OURS = (
-    "__agents_states",
-    "__agents_messages",
-    "__agents_events",
-    "__agents_checkpoints",
-    "__agents_usage",
-    "__agents_approvals",
-    "__agents_notifications",
-)
 
 
 def agents() -> list[Any]:
@@ -68,32 +56,6 @@ async def _status(rt: AgentRuntime, sid: str, *want: str) -> None:
         return (await rt.store.get(sid)).status in want
 
     await _wait(probe)
-
-
-async def rows_of(store: SessionStore, sid: str) -> dict[str, int]:
-    """Rows of ``sid`` in each of our tables and in DBOS's (its workflows and their steps)."""
-    found: dict[str, int] = {}
-    dbos = "dbos." if store.dialect == "postgresql" else ""
-    async with store.engine.connect() as conn:
-        for table in OURS:
-            found[table] = int(
-                await conn.scalar(
-                    sa.text(f"SELECT count(*) FROM {table} WHERE session_id = :s"), {"s": sid}
-                )
-                or 0
-            )
-        for table in ("workflow_status", "workflow_input", "operation_outputs"):
-            found[table] = int(
-                await conn.scalar(
-                    sa.text(
-                        f"SELECT count(*) FROM {dbos}{table}"
-                        " WHERE substr(workflow_uuid, 1, :n) = :p"
-                    ),
-                    {"p": f"helix:{sid}:", "n": len(f"helix:{sid}:")},
-                )
-                or 0
-            )
-    return found
 
 
 class Sessions:
@@ -283,18 +245,6 @@ async def test_prune_command(make_runtime: MakeRuntime, db_url: str) -> None:
     assert done["trees"] == 1 and done["rows"]["workflow_status"] >= 1
     assert set((await rows_of(rt.store, handle.session_id)).values()) == {0}
     assert (await rows_of(rt.store, live.session_id))["__agents_states"] == 1
-
-
-def run_cli(argv: list[str]) -> dict[str, Any]:
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli_main(argv)
-    assert code == 0, out.getvalue()
-    parsed: dict[str, Any] = json.loads(out.getvalue())
-    return parsed
 
 
 @pytest.mark.postgres_only

@@ -5,7 +5,6 @@ reason of approvals."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ from helix_dbos.http import SessionTokens, create_app, create_chat_router, insta
 from helix_dbos.llm import ScriptedLLM, call, reply
 from helix_dbos.observability.log import set_service_name
 from helix_dbos.testing import capture_log_events
+from tests.serve.streams import chunks_of, user
 from tests.support.asgi import client_for
 
 SECRET = "route-tests-secret-0123456789abcdef01234"
@@ -49,18 +49,6 @@ PAIR = define_agent(
         define_tool("countB", "Count B", Ask, Count, execute="client"),
     ],
 )
-
-
-def chunks_of(text: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(line[6:])
-        for line in text.splitlines()
-        if line.startswith("data: ") and line != "data: [DONE]"
-    ]
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
 def answers(chat_id: str, calls: list[dict[str, Any]], outputs: list[Any]) -> dict[str, Any]:

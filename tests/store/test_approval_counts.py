@@ -16,8 +16,8 @@ from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.pending_figures import merge_approval_counts, pending_figures
 from helix_dbos.store.store import SessionStore
 
+from .pending_rows import WINDOW_MS, call, parked
 from .store_builders import now_ms
-from .test_pending_figures import WINDOW_MS, call, parked
 
 TOOLS = ("transfer", "refund", "publish")
 

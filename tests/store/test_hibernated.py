@@ -20,14 +20,9 @@ from helix_dbos.store.hibernated import (
     due_sessions,
     touched_hibernated,
 )
-from helix_dbos.store.migrate import upgrade
 from helix_dbos.store.schema import LIVE_UPDATED_INDEX
 from helix_dbos.store.store import SessionStore
-
-
-async def _store(db_url: str) -> SessionStore:
-    await asyncio.to_thread(upgrade, db_url)
-    return SessionStore.from_url(db_url)
+from tests.store.stores import _store
 
 
 async def _hibernated(store: SessionStore, session_id: str, due: int | None) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from helix_dbos.store.schema import ENDED_ROOT, ENDED_ROOTS_INDEX, states
-from tests.store.test_hibernated import _store
+from tests.store.stores import _store
 
 
 async def test_revision_0013_creates_the_index_the_sweepers_page_uses(db_url: str) -> None:
