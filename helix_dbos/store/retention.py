@@ -35,8 +35,6 @@ never one whose approval still waits (``decisions.purge_decisions``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -45,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..core.periodic import Periodic
 from ..observability.log import log_event
 from .decisions import purge_decisions
 from .dialect import backend_of
@@ -402,11 +401,11 @@ async def sweep(
     return total
 
 
-class RetentionSweeper:
+class RetentionSweeper(Periodic):
     """A runtime's background sweeper: every ``interval_seconds`` a ``sweep`` (``start`` at
     launch, ``stop`` at shutdown; nothing runs when the retention deletes nothing)."""
 
-    __slots__ = ("_interval", "_retention", "_schema", "_stopping", "_store", "_task", "batch")
+    __slots__ = ("_retention", "_schema", "_store", "batch")
 
     def __init__(
         self,
@@ -415,48 +414,25 @@ class RetentionSweeper:
         interval_seconds: float,
         dbos_schema: str = "dbos",
     ) -> None:
+        super().__init__(
+            interval_seconds if retention.deletes_anything else 0, self._sweep, _sweep_failed
+        )
         self._store = store
         self._schema = dbos_schema
         self._retention = retention
-        self._interval = interval_seconds
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self.batch = 50
 
-    def start(self) -> None:
-        if self._interval > 0 and self._retention.deletes_anything and self._task is None:
-            self._task = asyncio.create_task(self._run())
+    async def _sweep(self) -> None:
+        done = await sweep(self._store, self._retention, batch=self.batch, dbos_schema=self._schema)
+        if done.trees or done.decisions:
+            log_event(
+                "retention.swept",
+                trees=done.trees,
+                sessions=done.sessions,
+                rows=done.rows,
+                decisions=done.decisions,
+            )
 
-    async def stop(self) -> None:
-        """Let the batch in progress finish (bounded), then end."""
-        if self._task is None:
-            return
-        self._stopping.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
-        except (TimeoutError, asyncio.CancelledError):
-            self._task.cancel()
-        self._task = None
 
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
-                return
-            try:
-                done = await sweep(
-                    self._store, self._retention, batch=self.batch, dbos_schema=self._schema
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database is down: the next pass tries again
-                log_event("retention.sweep_failed", error=type(exc).__name__)
-                continue
-            if done.trees or done.decisions:
-                log_event(
-                    "retention.swept",
-                    trees=done.trees,
-                    sessions=done.sessions,
-                    rows=done.rows,
-                    decisions=done.decisions,
-                )
+def _sweep_failed(exc: Exception) -> None:
+    log_event("retention.sweep_failed", error=type(exc).__name__)

@@ -15,8 +15,8 @@ process died between its commit and the start (the submit had made the batch due
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
+from ...core.periodic import Periodic
 from ...observability.log import log_event
 from ...store import DueBatch, claim_due_batches, now_ms
 from .._context import RuntimeContext
@@ -69,41 +69,15 @@ async def keep_once(ctx: RuntimeContext) -> int:
             return started
 
 
-class DeadlineKeeper:
-    """The runtime's background keeper task (``start`` at launch, ``stop`` at shutdown)."""
+class DeadlineKeeper(Periodic):
+    """The runtime's background keeper task (``start`` at launch, ``stop`` at shutdown): a
+    ``keep_once`` pass every ``interval_seconds``."""
 
-    __slots__ = ("_ctx", "_interval", "_stopping", "_task")
+    __slots__ = ()
 
     def __init__(self, ctx: RuntimeContext, interval_seconds: float) -> None:
-        self._ctx = ctx
-        self._interval = interval_seconds
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__(interval_seconds, lambda: keep_once(ctx), _keeper_failed)
 
-    def start(self) -> None:
-        """Run a pass every interval until ``stop`` (no-op with an interval of 0)."""
-        if self._interval > 0 and self._task is None:
-            self._task = asyncio.create_task(self._run())
 
-    async def stop(self) -> None:
-        """Let the pass in progress finish (bounded), then end."""
-        if self._task is None:
-            return
-        self._stopping.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
-        except (TimeoutError, asyncio.CancelledError):
-            self._task.cancel()
-        self._task = None
-
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._interval)
-                return
-            try:
-                await keep_once(self._ctx)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the database is down: the next pass tries again
-                log_event("turn.deadline_keeper_failed", error=type(exc).__name__)
+def _keeper_failed(exc: Exception) -> None:
+    log_event("turn.deadline_keeper_failed", error=type(exc).__name__)
