@@ -65,6 +65,9 @@ __all__ = ["AgentRuntime", "TurnHandle"]
 RELEASE_WAIT_SECONDS = 5.0
 """How long a shutdown waits for the workflow tasks it cancelled to unwind."""
 
+#: The least a launch waits for its first adoption sweep before it logs ``runtime.started``.
+FIRST_SWEEP_WAIT_SECONDS = 5.0
+
 
 class _DropCancelledWarnings(logging.Filter):
     """Drops DBOS's warning that a workflow's asyncio task was cancelled."""
@@ -140,9 +143,10 @@ async def _launch(rt: AgentRuntime) -> None:
     fleet.start()
     reminders = any(t.remind_before is not None for a in rt.registry for t in a.tools)
     rt.notifications.start(Dispatcher(store, rt.notifications), reminders=reminders)
-    # The first sweep adopts dead executors' turns: wait for it (a heartbeat at most) so
-    # the startup line says how many came back either way.
-    adopted = await fleet.first_sweep(s.heartbeat_seconds)
+    # The first sweep adopts dead executors' turns: wait for it so the startup line says how
+    # many came back. It takes milliseconds on a healthy start; the bound is a heartbeat but
+    # never under FIRST_SWEEP_WAIT_SECONDS, as a short heartbeat on a busy host timed it out.
+    adopted = await fleet.first_sweep(max(s.heartbeat_seconds, FIRST_SWEEP_WAIT_SECONDS))
     rt.startup = startup_facts(s, rt.registry, revision, recovering, adopted, rt.startup_fields)
     log_started(rt.startup)
     rt._keeper = DeadlineKeeper(ctx, s.deadline_keeper_seconds)
