@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 SESSIONS = 12
 ROOT_DIR = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import pytest
 
 from .servers import Server, assert_each_turn_ran_once, sql, wait_completed
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 FAST = {"HELIX_HEARTBEAT_SECONDS": "1", "HELIX_ADOPT_AFTER_SECONDS": "4"}
 

@@ -21,8 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.mcp.conftest import ROOT, Journal
 from tests.processes import reaped
+
+pytestmark = pytest.mark.slow
 
 
 def _run(*args: str) -> subprocess.Popen[str]:

@@ -208,4 +208,4 @@ async def test_on_sqlite_a_retry_with_input_responses_is_accepted_after_a_restar
     assert len(runs(log)) == 1
 
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
