@@ -3,7 +3,6 @@ before anything is read, and its answer validated against the call it answers.""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from helix_dbos.runtime._submit.checks import (
     measure_result_bytes,
     validated_response,
 )
+from tests.runtime.submit_checks import checks_context, pending_call
 
 
 class Out(BaseModel):
@@ -33,27 +33,10 @@ class In(BaseModel):
     text: str
 
 
-def _ctx(limit: int = 64, scrubber: Any = None) -> Any:
-    return SimpleNamespace(settings=SimpleNamespace(max_result_bytes=limit), scrubber=scrubber)
-
-
-def _call(kind: str = "client", **fields: Any) -> PendingCall:
-    return PendingCall(
-        tool_call_id="t1",
-        tool_name="edit",
-        input={"text": "x"},
-        run_id="r1",
-        kind=kind,
-        index=0,
-        deadline_at=10**13,
-        registered_at=0,
-        completed_retention_ms=1000,
-        **fields,
-    )
-
-
 def _approval() -> PendingCall:
-    return _call("approval", approval_id="r1::t1", args_digest=args_digest("edit", {"text": "x"}))
+    return pending_call(
+        "approval", approval_id="r1::t1", args_digest=args_digest("edit", {"text": "x"})
+    )
 
 
 def _refusal(exc: pytest.ExceptionInfo[Any]) -> str:
@@ -73,7 +56,7 @@ def _refusal(exc: pytest.ExceptionInfo[Any]) -> str:
 )
 def test_a_malformed_submit_is_refused_by_its_shape(sub: Submission, cause: str) -> None:
     with pytest.raises(RequestValidationError) as exc:
-        check_shape(sub, _ctx())
+        check_shape(sub, checks_context())
     assert _refusal(exc) == cause
 
 
@@ -81,7 +64,7 @@ def test_the_size_limit_counts_a_result_an_error_and_a_reason_alike() -> None:
     """The measure is the compact JSON's UTF-8 bytes; an error string and a denial's reason
     count against the same limit (each is stored, streamed and shown to the model)."""
     assert measure_result_bytes({"a": "é"}) == len('{"a":"é"}'.encode())
-    check_shape(Submission("s", "t1", result="x" * 62), _ctx(64))  # 64 bytes with quotes
+    check_shape(Submission("s", "t1", result="x" * 62), checks_context(64))  # 64 bytes with quotes
     for sub in (
         Submission("s", "t1", result="x" * 63),
         Submission("s", "t1", error="e" * 65),
@@ -89,36 +72,40 @@ def test_the_size_limit_counts_a_result_an_error_and_a_reason_alike() -> None:
                    reason="r" * 65),
     ):  # fmt: skip
         with pytest.raises(PayloadTooLargeError):
-            check_shape(sub, _ctx(64))
+            check_shape(sub, checks_context(64))
     assert Submission("s", "t1").result is MISSING  # ``None`` is a valid result
 
 
 def test_a_result_is_validated_against_the_tools_output() -> None:
     sub = Submission("s", "t1", result={"applied": "no"})
     with pytest.raises(InvalidResultError):
-        validated_response(sub, _call(), _ctx(), In, Out)
+        validated_response(sub, pending_call(), checks_context(), In, Out)
     ok = Submission("s", "t1", result={"applied": 1})
-    assert validated_response(ok, _call(), _ctx(), In, Out) == {"result": {"applied": 1}}
+    assert validated_response(ok, pending_call(), checks_context(), In, Out) == {
+        "result": {"applied": 1}
+    }
 
 
 def test_an_error_is_stored_scrubbed_and_needs_no_schema() -> None:
     sub = Submission("s", "t1", error="secret token")
-    scrub = _ctx(scrubber=lambda text: text.replace("secret", "[redacted]"))
-    assert validated_response(sub, _call(), scrub, None, None) == {"error": "[redacted] token"}
+    scrub = checks_context(scrubber=lambda text: text.replace("secret", "[redacted]"))
+    assert validated_response(sub, pending_call(), scrub, None, None) == {
+        "error": "[redacted] token"
+    }
 
 
 def test_an_answer_of_the_wrong_kind_is_refused() -> None:
     with pytest.raises(RequestValidationError):
-        validated_response(Submission("s", "t1", result=1), _approval(), _ctx(), In, Out)
+        validated_response(Submission("s", "t1", result=1), _approval(), checks_context(), In, Out)
     decision = Submission("s", "t1", kind="approval-response", approval_id="r1::t1", approved=True)
     with pytest.raises(RequestValidationError):
-        validated_response(decision, _call(), _ctx(), In, Out)
+        validated_response(decision, pending_call(), checks_context(), In, Out)
 
 
 def test_an_approval_is_bound_to_its_id_and_the_arguments_shown() -> None:
     def decide(**fields: Any) -> dict[str, Any]:
         sub = Submission("s", "t1", kind="approval-response", **fields)
-        return validated_response(sub, _approval(), _ctx(), In, Out)
+        return validated_response(sub, _approval(), checks_context(), In, Out)
 
     with pytest.raises(ApprovalMismatchError):
         decide(approval_id="r0::t1", approved=True)
@@ -139,7 +126,7 @@ def test_edited_arguments_come_with_an_approval_and_fit_the_tools_input() -> Non
             "s", "t1", kind="approval-response", approval_id="r1::t1", approved=approved,
             edited_input=edited,
         )  # fmt: skip
-        return validated_response(sub, _approval(), _ctx(), In, Out)
+        return validated_response(sub, _approval(), checks_context(), In, Out)
 
     with pytest.raises(RequestValidationError):
         decide(False, {"text": "y"})

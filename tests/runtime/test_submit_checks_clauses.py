@@ -4,13 +4,12 @@ testing")."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from helix_dbos.core.session import PendingCall, args_digest
+from helix_dbos.core.session import args_digest
 from helix_dbos.errors import ApprovalMismatchError, RequestValidationError
 from helix_dbos.runtime._submit.checks import (
     Submission,
@@ -18,10 +17,7 @@ from helix_dbos.runtime._submit.checks import (
     measure_result_bytes,
     validated_response,
 )
-
-
-def _ctx(limit: int = 1024) -> Any:
-    return SimpleNamespace(settings=SimpleNamespace(max_result_bytes=limit), scrubber=None)
+from tests.runtime.submit_checks import checks_context, pending_call
 
 
 @pytest.mark.parametrize("result", ["a\x00b", {"k": "\x00"}, {"\x00": 1}, ["x", ["\x00"]]])
@@ -31,23 +27,8 @@ def test_a_result_holding_a_nul_character_is_refused_before_any_read(result: Any
     with pytest.raises(ValueError):
         measure_result_bytes(result)
     with pytest.raises(RequestValidationError) as refused:
-        check_shape(Submission("s", "t1", result=result), _ctx())
+        check_shape(Submission("s", "t1", result=result), checks_context(1024))
     assert refused.value.details["cause"] == "result_not_json"
-
-
-def _call(kind: str, **fields: Any) -> PendingCall:
-    return PendingCall(
-        tool_call_id="t1",
-        tool_name="edit",
-        input={"text": "x"},
-        run_id="r1",
-        kind=kind,
-        index=0,
-        deadline_at=10**13,
-        registered_at=0,
-        completed_retention_ms=1000,
-        **fields,
-    )
 
 
 def test_a_refused_answer_names_the_call_it_was_for() -> None:
@@ -55,8 +36,8 @@ def test_a_refused_answer_names_the_call_it_was_for() -> None:
     field (the AG-UI ``RUN_ERROR`` metadata, a Python caller's ``details``): an answer of the
     wrong kind, either way, an approval for another approval id or for arguments other
     than the call's."""
-    client = _call("client")
-    approval = _call(
+    client = pending_call("client")
+    approval = pending_call(
         "approval", approval_id="r1::t1", args_digest=args_digest("edit", {"text": "x"})
     )
     result = Submission("s", "t1", result=1)
@@ -77,14 +58,14 @@ def test_a_refused_answer_names_the_call_it_was_for() -> None:
         (unseen, approval, ApprovalMismatchError),
     ):
         with pytest.raises(refusal) as refused:
-            validated_response(sub, entry, _ctx(), None, None)
+            validated_response(sub, entry, checks_context(1024), None, None)
         assert refused.value.details["toolCallId"] == "t1"
 
 
 def test_an_edit_failing_the_tools_input_names_the_tool_and_the_call() -> None:
     """Edited arguments that fail the tool's input schema: the refusal names the tool and the
     call (typed fields), and says the cause."""
-    approval = _call(
+    approval = pending_call(
         "approval", approval_id="r1::t1", args_digest=args_digest("edit", {"text": "x"})
     )
     sub = Submission(
@@ -92,7 +73,7 @@ def test_an_edit_failing_the_tools_input_names_the_tool_and_the_call() -> None:
         edited_input={"text": 3},
     )  # fmt: skip
     with pytest.raises(RequestValidationError) as refused:
-        validated_response(sub, approval, _ctx(), EditIn, None)
+        validated_response(sub, approval, checks_context(1024), EditIn, None)
     assert refused.value.details == {
         "cause": "edited_input",
         "toolName": "edit",
