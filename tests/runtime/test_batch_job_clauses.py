@@ -5,17 +5,16 @@ SQLite (one writer at a time). ``BatchJobs.start`` says whether it started one."
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from helix_dbos.llm.scripted import ScriptedLLM
-from helix_dbos.runtime import AgentRuntime
 from helix_dbos.runtime._handover import BatchJobs
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
+from tests.support.asker import inside_recv
 from tests.support.bank import Bank, banker, script
 
 
@@ -33,15 +32,6 @@ def _starts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return started
 
 
-async def _parked(rt: AgentRuntime, workflow_id: str) -> None:
-    """Wait until the turn is inside its park (its batch is published as it parks)."""
-    for _ in range(500):
-        if workflow_id in rt.ctx.parked:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{workflow_id} never parked")
-
-
 async def test_a_submit_starts_the_job_of_a_client_batch_on_postgres_only(
     make_runtime: MakeRuntime, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,7 +41,7 @@ async def test_a_submit_starts_the_job_of_a_client_batch_on_postgres_only(
     rt = await make_runtime([editor_agent()])
     handle = await rt.start("editor", "1 edit")
     [call] = await rt.wait_for_pending(handle.session_id)
-    await _parked(rt, handle.workflow_id or "")
+    await inside_recv(rt, handle.workflow_id or "")
     await rt.submit_tool_result(handle.session_id, call["toolCallId"], result={"applied": 1})
     assert (await rt.wait(handle.session_id))["status"] == "completed"
     assert started == [rt.store.dialect == "postgresql"]
@@ -66,7 +56,7 @@ async def test_a_submit_starts_no_job_for_a_batch_with_an_approval(
     rt = await make_runtime([banker(bank, ScriptedLLM(script))])
     handle = await rt.start("banker", "pay")
     [call] = await rt.wait_for_pending(handle.session_id)
-    await _parked(rt, handle.workflow_id or "")
+    await inside_recv(rt, handle.workflow_id or "")
     await rt.submit_tool_result(
         handle.session_id,
         call["toolCallId"],

@@ -7,25 +7,16 @@ in-process wake-up of a turn parked here runs only after that commit.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime import names
 from helix_dbos.runtime._turn import wake
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
-
-
-async def _parked(rt: AgentRuntime, workflow_id: str) -> None:
-    """Wait until the turn is inside its park (its ``recv`` waits in this process)."""
-    for _ in range(3000):
-        if workflow_id in rt.ctx.parked:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{workflow_id} never parked")
+from tests.support.asker import inside_recv
 
 
 async def test_a_turn_parked_here_is_woken_in_process_after_the_answer_committed(
@@ -37,7 +28,7 @@ async def test_a_turn_parked_here_is_woken_in_process_after_the_answer_committed
     handle = await rt.start("editor", "1 edit")
     [call] = await rt.wait_for_pending(handle.session_id)
     workflow_id = handle.workflow_id or ""
-    await _parked(rt, workflow_id)
+    await inside_recv(rt, workflow_id)
     real = wake.wake_local
     seen: list[tuple[str, str, bool, bool]] = []
 

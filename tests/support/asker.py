@@ -64,9 +64,16 @@ async def parked(
     handle = await rt.start("asker", message, session_id=session_id)
     pending = await rt.wait_for_pending(handle.session_id, count=count)
     workflow_id = (await rt.session(handle.session_id)).workflow_id
-    for _ in range(500):
-        if workflow_id in rt.ctx.parked:
-            break
-        await asyncio.sleep(0.01)
-    assert workflow_id in rt.ctx.parked
+    assert workflow_id is not None
+    await inside_recv(rt, workflow_id)
     return handle.session_id, pending
+
+
+async def inside_recv(rt: AgentRuntime, workflow_id: str) -> None:
+    """Wait until the turn ``workflow_id`` is inside its park (its ``recv`` waits in this
+    process: its batch is published as it parks)."""
+    for _ in range(3000):
+        if workflow_id in rt.ctx.parked:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{workflow_id} never parked")
