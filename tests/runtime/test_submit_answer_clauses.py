@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from helix_dbos.runtime import names
 from helix_dbos.runtime._turn import wake
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
+from tests.runtime.turn_messages import messages_to
 from tests.support.asker import inside_recv
 
 
@@ -125,16 +125,8 @@ async def test_a_duplicate_submits_wake_up_is_the_first_ones_message(
     tcid = first["toolCallId"]
     for _ in range(2):
         await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
-    table = "dbos.notifications" if rt.store.dialect == "postgresql" else "notifications"
-    async with rt.store.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                sa.text(
-                    f"SELECT message_uuid FROM {table} WHERE destination_uuid = :d AND topic = :t"
-                ),
-                {"d": handle.workflow_id, "t": names.tool_result_topic(tcid)},
-            )
-        ).all()
-    assert len(rows) == 1
+    assert handle.workflow_id is not None
+    held = await messages_to(rt, handle.workflow_id)
+    assert [topic for topic, _, _ in held].count(names.tool_result_topic(tcid)) == 1
     await rt.submit_tool_result(handle.session_id, second["toolCallId"], result={"applied": 2})
     assert (await rt.wait(handle.session_id))["status"] == "completed"
