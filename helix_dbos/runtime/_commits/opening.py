@@ -195,7 +195,9 @@ async def start_child_session(
     """Inside a parent turn: create the sub-agent's session and commit its entry (one step).
 
     Fenced on the parent: a parent whose run was stopped or superseded creates no child
-    (``{"fenced": reason}``).
+    (``{"fenced": reason}``). A parent on its run that also waits for a client call or an
+    approval of the same step (``suspended_client_tool``: the step's commit registered
+    them before its sub-agents start) is live.
     """
     return await _start_child(
         child_session_id,
@@ -224,7 +226,7 @@ async def _start_child(
 
     def parent_live(states: dict[str, SessionState]) -> SessionOwner:
         parent = states[parent_session_id]
-        guard(parent, parent_run_id, ("running",))
+        guard(parent, parent_run_id, ACTIVE_STATUSES)
         # A sub-agent belongs to whoever owns its parent.
         raise NoChange(SessionOwner(parent.principal, parent.tenant))
 
