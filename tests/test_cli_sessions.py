@@ -8,8 +8,6 @@ against the same database, as an operator would run them, and the parked turns r
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import logging
 import os
@@ -34,6 +32,7 @@ from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.migrate import head_revision
+from tests.support.inspect_cli import cli
 
 from .conftest import PG_ADMIN_URL
 
@@ -123,22 +122,6 @@ async def parked(runtime: AgentRuntime) -> dict[str, Any]:
         "child_call": child_call,
         "done": done,
     }
-
-
-async def cli(*argv: str) -> tuple[int, str, str]:
-    """``helix-dbos`` in this process (off the event loop): exit code, stdout, stderr.
-
-    Captured here, not with ``capsys``: DBOS keeps the stderr it first saw for its own log
-    handler, and a ``capsys`` stream is closed after its test.
-    """
-    out, err = io.StringIO(), io.StringIO()
-
-    def run() -> int:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return main(list(argv))
-
-    code = await asyncio.to_thread(run)
-    return code, out.getvalue(), err.getvalue()
 
 
 def cli_process(*argv: str, url: str) -> subprocess.CompletedProcess[str]:

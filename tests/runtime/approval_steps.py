@@ -19,7 +19,7 @@ async def parked(rt: AgentRuntime, tool: str, owner: str = "ada") -> PendingAppr
 
 
 async def decide(
-    rt: AgentRuntime, a: PendingApproval, who: Decider, approved: bool = True, **more: Any
+    rt: AgentRuntime, a: PendingApproval, who: Decider | None, approved: bool = True, **more: Any
 ) -> Any:
     return await rt.submit_tool_result(
         a.root_session_id,

@@ -22,6 +22,7 @@ from helix_dbos.errors import RequestValidationError
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.store.approvals import PendingApproval
+from tests.runtime.approval_steps import decide
 from tests.support.bank import Bank, banker, script
 
 #: Bounds for what happens on its own (an expiry, a turn ending): far above what it needs.
@@ -61,14 +62,8 @@ def keys(page: list[PendingApproval]) -> list[str]:
 
 
 async def answer(rt: AgentRuntime, a: PendingApproval, approved: bool, **more: Any) -> Any:
-    return await rt.submit_tool_result(
-        a.root_session_id,
-        a.tool_call_id,
-        kind="approval-response",
-        approval_id=a.approval_id,
-        approved=approved,
-        **more,
-    )
+    """Decide ``a`` with no decider (an unauthenticated runtime's submit)."""
+    return await decide(rt, a, None, approved, **more)
 
 
 async def until_empty(rt: AgentRuntime) -> None:

@@ -10,7 +10,11 @@ from helix_dbos.cli import main
 
 
 async def cli(*argv: str) -> tuple[int, str, str]:
-    """``helix-dbos`` in this process (off the event loop): exit code, stdout, stderr."""
+    """``helix-dbos`` in this process (off the event loop): exit code, stdout, stderr.
+
+    Captured here, not with ``capsys``: DBOS keeps the stderr it first saw for its own log
+    handler, and a ``capsys`` stream is closed after its test.
+    """
     out, err = io.StringIO(), io.StringIO()
 
     def run() -> int:
