@@ -243,7 +243,11 @@ async def test_a_failed_start_leaves_the_first_step_to_the_reconcilers_turn(
     # The first step has ended: committed, or stopped (a step that was not stopped would
     # have called the model by then).
     await in_flight.settled()
-    assert [t.cancelled() for t in in_flight.tasks] == [not committed]
+    [step] = in_flight.tasks
+    if not committed:
+        assert step.cancelled()
+    # A committed step may still be cancelled in the moment between its commit and its
+    # return: what it committed stands, and the model was called once (asserted below).
     assert llm.calls - calls == (1 if committed else 0)
     assert [r.action for r in await runtime.heal(grace_seconds=0)] == ["started"]
     [call] = await runtime.wait_for_pending(session_id)
