@@ -20,7 +20,7 @@ from helix_dbos.runtime._operations.control import (
     _stop_error,
     _stop_usage_rows,
 )
-from helix_dbos.runtime.records import HIBERNATED_KEY, PERSISTENT_KEY, STASH_KEY
+from helix_dbos.runtime.records import HIBERNATED_KEY, NEVER_DUE, PERSISTENT_KEY, STASH_KEY
 from helix_dbos.store.store import NoChange
 from tests.support.builders import REGISTERED_AT, WAIT_MS, pending_call, session_state
 
@@ -166,15 +166,22 @@ def test_no_stash_on_a_turn_no_longer_parked_on_the_batch(changed: dict[str, obj
 
 
 @pytest.mark.parametrize(
-    ("abandon", "child", "due"),
-    [(True, None, 0), (False, None, 99), (True, "call_1", 99)],
-    ids=["abandon", "drain first", "waits on its sub-agent"],
+    ("abandon", "child", "due_at", "due"),
+    [
+        (True, None, 99, 0),
+        (False, None, 99, 99),
+        (True, "call_1", NEVER_DUE, NEVER_DUE),
+        (True, "call_1", 99, 0),
+    ],
+    ids=["abandon", "drain first", "waits on its sub-agent", "its sub-agent ended, claimed"],
 )
 def test_an_abandon_makes_a_hibernated_batch_due_now(
-    abandon: bool, child: str | None, due: int
+    abandon: bool, child: str | None, due_at: int, due: int
 ) -> None:
     """A hibernated batch abandoned by the message waits no more (due at once); one drained
-    first keeps its deadline, and a turn waiting on its sub-agent drains once it ends."""
-    s = parked(metadata={HIBERNATED_KEY: {"dueAt": 99, "child": child}})
+    first keeps its deadline, and a turn waiting on its sub-agent drains once it ends. A
+    turn whose sub-agent has ended (a keeper's claim has moved its due time to the end of a
+    lease) waits on nothing more: due at once too."""
+    s = parked(metadata={HIBERNATED_KEY: {"dueAt": due_at, "child": child}})
     _stash_on(s, "run_1", "hello", abandon)
     assert s.metadata[HIBERNATED_KEY]["dueAt"] == due

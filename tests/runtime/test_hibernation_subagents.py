@@ -18,6 +18,7 @@ from dbos import DBOS
 from helix_dbos.core import define_agent
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime._hibernated import continuation, keeper
 from helix_dbos.runtime._turn import hibernation
 from helix_dbos.runtime.records import NEVER_DUE
 from tests.runbook_sql import runbook_sql
@@ -162,6 +163,44 @@ async def test_a_sub_agent_that_ends_before_its_parent_hibernates_is_taken_live(
     state = await runtime.store.get(handle.session_id)
     assert "hibernated" not in state.metadata and "childEnds" not in state.metadata
     assert len([m for m in await runtime.messages(handle.session_id) if m.role == "tool"]) == 1
+
+
+async def test_a_parent_whose_continuation_did_not_start_after_its_sub_agents_end_is_kept(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sub-agent's end is reported on its parent's row (the parent is due now), but the
+    parent's continuation does not start there (its start failed, or this process does not
+    run the parent's agent). The deadline keeper claims the due row, which moves its due time
+    to the end of the lease, and must still start the continuation: a claimed mark is no
+    longer waiting on its sub-agent. Before this was so, the keeper read the claimed mark as
+    still waiting, started nothing, and claimed it again at every lease, for ever."""
+    runtime = await _delegating(make_runtime, deadline_keeper_seconds=0)
+    handle, child, call = await _hibernated_tree(runtime)
+    real = continuation.start_continuation
+
+    async def not_the_parents(ctx: Any, state: Any) -> Any:
+        if state.session_id == handle.session_id:
+            return None  # as a start that failed: the mark stays, due
+        return await real(ctx, state)
+
+    monkeypatch.setattr(continuation, "start_continuation", not_the_parents)
+    await runtime.submit_tool_result(handle.session_id, call, result={"applied": 1})
+    reported = await wait_until(lambda: _reported_calls(runtime, handle.session_id))
+    mark = (await runtime.store.get(handle.session_id)).metadata["hibernated"]
+    assert reported == [mark["child"]] and mark["dueAt"] == 0
+    assert await continuations(handle.session_id) == []
+    monkeypatch.setattr(continuation, "start_continuation", real)
+    assert await keeper.keep_once(runtime.ctx) == 1
+    outcome = await completed(runtime, handle)
+    assert "applied" in outcome["text"]
+    assert len(await continuations(handle.session_id)) == 1
+    assert await keeper.keep_once(runtime.ctx) == 0
+
+
+async def _reported_calls(runtime: AgentRuntime, parent_session_id: str) -> list[str]:
+    """The calls whose sub-agents reported their end on the parent's row."""
+    state = await runtime.store.load(parent_session_id)
+    return [] if state is None else list(state.metadata.get("childEnds", {}))
 
 
 async def _pending_of(runtime: AgentRuntime, session_id: str) -> str | None:

@@ -89,8 +89,12 @@ def mark_of(state: SessionState) -> HibernationMark | None:
 
 
 def waits_on_child(mark: HibernationMark | None) -> bool:
-    """Whether a hibernated turn waits on its sub-agent (not on answers or deadlines)."""
-    return mark is not None and mark.get("child") is not None and mark["dueAt"] != 0
+    """Whether a hibernated turn still waits on its sub-agent (not on answers or deadlines).
+
+    Its due time says so: ``NEVER_DUE`` until the sub-agent's end is reported
+    (``child_ended`` makes it ``0``), and never again after, whatever moves it next (a
+    keeper's claim moves it to the end of its lease)."""
+    return mark is not None and mark.get("child") is not None and mark["dueAt"] == NEVER_DUE
 
 
 def continuation_id(state: SessionState) -> str | None:
@@ -119,7 +123,9 @@ def on_answer(owner: SessionState, run_id: str, ready: bool) -> bool:
     mark = mark_of(owner)
     if mark is None:
         return False
-    if not waits_on_child(mark):  # that turn goes on when its sub-agent ends, not before
+    # A turn hibernated on its sub-agent goes on when the sub-agent ends, whatever its own
+    # calls: only that end moves its due time (an answer after it would delay a due turn).
+    if mark.get("child") is None:
         mark["dueAt"] = 0 if ready else due_at(batch_of(owner.pending, run_id))
     return True
 
