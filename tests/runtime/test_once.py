@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from helix_dbos.core.messages import Message
 from helix_dbos.core.session import SessionState
@@ -236,3 +237,30 @@ async def test_an_exactly_once_step_runs_again_under_its_slot_as_its_read_first_
     async with store.reading():
         slots = {c.checkpoint_id for c in await list_checkpoints("s")}
     assert slots == {"wf:6:finish", "wf:7:finish"}
+
+
+async def test_a_commit_refused_by_another_key_fails_with_that_error(
+    make_runtime: MakeRuntime,
+) -> None:
+    """An ``IntegrityError`` is read as a concurrent execution of the same slot only when that
+    execution's checkpoint is there: one of another key (here the session's own, created
+    twice) fails the commit with that error, and nothing is recorded under the slot."""
+    runtime = await make_runtime([editor_agent()])
+    store = runtime.store
+    await store.create_session(
+        SessionState(session_id="s", agent_type="editor", root_session_id="s")
+    )
+
+    async def body() -> dict[str, int]:
+        await store.create_session(
+            SessionState(session_id="s", agent_type="editor", root_session_id="s")
+        )
+        return {"created": 1}
+
+    for read_first in (True, False):
+        with pytest.raises(IntegrityError):
+            await commit_once(
+                CommitContext("wf:1:test"), "s", "r", body, policy=Policy(read_first=read_first)
+            )
+    async with store.reading():
+        assert await list_checkpoints("s") == []
