@@ -12,9 +12,16 @@ from helix_dbos.core import define_agent, define_tool
 from helix_dbos.core.agents import Agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, names
 from tests.runtime.conftest import MakeRuntime
-from tests.runtime.hibernation_worker import EditIn, EditOut, completed, hibernated
+from tests.runtime.hibernation_worker import (
+    EditIn,
+    EditOut,
+    Query,
+    completed,
+    hibernated,
+    mixed_script,
+)
 
 SHORT = 300.0
 LONG = 600.0
@@ -82,3 +89,28 @@ async def test_a_partial_answer_makes_a_hibernated_batch_due_at_its_last_unanswe
     outcome = await completed(runtime, handle)
     assert outcome["text"] == 'results: {"applied": 1} | {"applied": 2}'
     assert await _mark(runtime, sid) is None
+
+
+async def test_the_hibernate_record_keeps_no_input_it_need_not(make_runtime: MakeRuntime) -> None:
+    """Rule 19 (``hibernation._without_input``): the record of a batch holds the step's plan
+    without the inputs nothing reads again, that of a suspended call (its pending entry holds
+    it) and that of a call that ran (its result is recorded). A call not run yet keeps its
+    input: ``test_mixed_subagent_batch.py``."""
+    tools = [
+        define_tool("edit", "Edit", EditIn, EditOut, execute="client", client_tool_timeout=LONG),
+        define_tool("lookup", "Look up", Query, execute=lambda args: {"value": 7}),
+    ]
+    mixed = define_agent("mixed", llm=ScriptedLLM(mixed_script), tools=tools, hibernate_after=0)
+    runtime = await make_runtime([mixed], deadline_keeper_seconds=0)
+    handle = await runtime.start("mixed", "go")
+    mark = await hibernated(runtime, handle.session_id)
+    slot = names.hibernate_slot(mark["workflowId"], handle.run_id, mark["step"], None)
+    recorded = await runtime.store.get_checkpoint(slot)
+    assert recorded is not None
+    plan = recorded["state"]["result"]["plan"]
+    assert sorted(item["toolName"] for item in plan) == ["edit", "edit", "lookup"]
+    assert [item for item in plan if "input" in item] == []
+    state = await runtime.store.get(handle.session_id)
+    [pending] = state.pending.values()
+    assert pending.input == {"text": "t"}  # the suspended call's input, where it is read
+    await runtime.interrupt(handle.session_id)

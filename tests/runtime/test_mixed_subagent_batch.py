@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from helix_dbos.core import define_agent
+from helix_dbos.core import define_agent, define_tool
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
-from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime import AgentRuntime, names
 from helix_dbos.runtime._hibernated import continuation, keeper
 from helix_dbos.runtime.records import NEVER_DUE
 from tests.runtime.conftest import MakeRuntime
@@ -150,3 +151,51 @@ async def test_a_parent_due_after_its_sub_agents_end_stays_due_whatever_its_own_
     done = await rt.wait(handle.session_id)
     assert done["status"] == "completed", done
     assert len(await continuations(handle.session_id)) == 1
+
+
+class Query(BaseModel):
+    key: str
+
+
+def _delegate_then_look_up(request: LLMRequest) -> LLMResponse:
+    """A user message calls the sub-agent ``cold`` and then the server tool ``lookup`` in one
+    step; then replies with the results it saw, in order."""
+    if request.messages[-1].role == "user":
+        return call(request, ("subagent__cold", {"message": "1 edit"}), ("lookup", {"key": "k"}))
+    return reply(" | ".join(m.content for m in request.messages if m.role == "tool"))
+
+
+async def test_a_call_after_a_hibernated_sub_agent_runs_with_its_input_once_it_ends(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The step's calls run in order: the parent hibernates on its sub-agent before it reaches
+    ``lookup``, so the hibernate record keeps that call's input (rule 19 drops only the inputs
+    nothing reads again), and the parent's continuation runs it, once, with its input."""
+    lookups: list[str] = []
+
+    def lookup(args: Query) -> dict[str, Any]:
+        lookups.append(args.key)
+        return {"value": 7}
+
+    cold = agent("cold")
+    parent = define_agent(
+        "parent",
+        llm=ScriptedLLM(_delegate_then_look_up),
+        tools=[define_tool("lookup", "Look up", Query, execute=lookup)],
+        subagents=[cold],
+    )
+    rt = await make_runtime([parent, cold], hibernate_after_seconds=0)
+    handle = await rt.start("parent", "go")
+    [pending] = await rt.wait_for_pending(handle.session_id)
+    mark = await hibernated(rt, handle.session_id)
+    slot = names.hibernate_slot(mark["workflowId"], handle.run_id, mark["step"], mark["child"])
+    recorded = await rt.store.get_checkpoint(slot)
+    assert recorded is not None
+    plan = {item["toolName"]: item for item in recorded["state"]["result"]["plan"]}
+    assert plan["lookup"]["input"] == {"key": "k"} and lookups == []
+    await rt.submit_tool_result(handle.session_id, pending["toolCallId"], result={"applied": 1})
+    done = await rt.wait(handle.session_id)
+    assert done["status"] == "completed", done
+    assert lookups == ["k"]
+    history = await rt.messages(handle.session_id)
+    assert history[-1].content.endswith(' | {"value": 7}')
