@@ -113,4 +113,7 @@ async def test_the_hibernate_record_keeps_no_input_it_need_not(make_runtime: Mak
     state = await runtime.store.get(handle.session_id)
     [pending] = state.pending.values()
     assert pending.input == {"text": "t"}  # the suspended call's input, where it is read
+    # Filed under its run, as every checkpoint of the turn (``GET /checkpoints`` shows it).
+    listed = {c["checkpointId"]: c for c in await runtime.checkpoints(handle.session_id)}
+    assert listed[slot]["runId"] == handle.run_id
     await runtime.interrupt(handle.session_id)
