@@ -21,7 +21,7 @@ from .decisions import add_decision_options, run_answer, run_decided
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
     from ..store.approvals import ApprovalPage
 
 __all__ = ["APPROVALS", "parse_duration", "parse_instant", "render_approvals"]

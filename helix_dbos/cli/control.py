@@ -13,7 +13,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
 
 __all__ = ["FAIL_CALL", "HEAL", "INTERRUPT"]
 
@@ -34,13 +34,11 @@ def _configure_fail_call(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_fail_call(args: argparse.Namespace) -> int:
-    from ..runtime._operations.fleet import list_executors
-
     async def work(operator: Operator) -> tuple[str, Any, int]:
         root, answer = await operator.fail_call(args.session, args.tool_call, args.error)
         # The answer is stored either way; whether the turn moves now depends on a process
         # running turns on this database (each heartbeats in the fleet table).
-        fleet = await list_executors(operator.store, operator.settings.adopt_after_seconds)
+        fleet = await operator.executors()
         return root, answer, sum(1 for e in fleet if e.state == "live")
 
     root, answer, live = with_operator(args, work)

@@ -9,7 +9,7 @@ from .command import EXIT_OK, Command
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
 
 __all__ = ["EXECUTORS"]
 
@@ -28,21 +28,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..runtime._operations.fleet import forward_stranded, list_executors, pending_by_version
-
     async def work(operator: Operator) -> Any:
-        settings, store = operator.settings, operator.store
         moved = None
         if args.forward:
-            moved = await forward_stranded(
-                store,
-                args.forward,
-                settings.application_version,
-                f"cli-{settings.executor_id}",
-                settings.adopt_after_seconds,
-            )
-        found = await list_executors(store, settings.adopt_after_seconds, include_gone=args.all)
-        return settings, found, await pending_by_version(store), moved
+            moved = await operator.forward_stranded(args.forward)
+        found = await operator.executors(include_gone=args.all)
+        return operator.settings, found, await operator.pending_by_version(), moved
 
     settings, found, versions, moved = with_operator(args, work)
     if args.json:

@@ -1,6 +1,6 @@
 """The commands that read or act on sessions run their work on an ``Operator``.
 
-An ``Operator`` (``helix_dbos.runtime._facade.operator``) opened on the database reads through the store
+An ``Operator`` (``helix_dbos.runtime.Operator``) opened on the database reads through the store
 and DBOS's public client, and it fails a call or interrupts a session through the runtime's own
 code with a ``dbos.DBOSClient`` as the messenger. It launches no DBOS, so the CLI never runs (or
 recovers) a workflow itself.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .command import CommandError, first_line
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
 
 __all__ = ["add_database_options", "print_json", "with_operator"]
 
@@ -47,7 +47,7 @@ def with_operator(args: argparse.Namespace, work: Callable[[Operator], Awaitable
 
     from ..config import redact_url
     from ..errors import HelixError
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
     from ..store.connection import DBAPIError, OperationalError, SQLAlchemyError
     from .database import choose_database, missing_sqlite_message, sqlite_path
 

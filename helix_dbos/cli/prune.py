@@ -12,7 +12,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
 
 __all__ = ["PRUNE"]
 

@@ -14,7 +14,7 @@ from .command import EXIT_OK, Command, CommandError
 from .operator import add_database_options, print_json, with_operator
 
 if TYPE_CHECKING:
-    from ..runtime._facade.operator import Operator
+    from ..runtime import Operator
 
 __all__ = ["CHECKPOINTS", "INSPECT", "SESSIONS", "SESSION_STATUSES"]
 
@@ -99,10 +99,8 @@ def _configure_checkpoints(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_checkpoints(args: argparse.Namespace) -> int:
-    from ..runtime._operations.retry import checkpoints_of
-
     async def work(operator: Operator) -> Any:
-        return await checkpoints_of(operator.store, args.session)
+        return await operator.checkpoints(args.session)
 
     rows = with_operator(args, work)
     if args.json:

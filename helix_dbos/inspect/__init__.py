@@ -1,14 +1,13 @@
 """The operator's read model: recent sessions, and everything about one session.
 
 ``helix-dbos sessions``, ``inspect`` and ``executors`` read through it: the facts, gathered
-through an :class:`~helix_dbos.runtime._facade.operator.Operator` with their JSON form
+through an :class:`~helix_dbos.runtime.Operator` with their JSON form
 (``report.py``), and their text (``render.py``).
 """
 
 from __future__ import annotations
 
-from ..runtime._facade.operator import WorkflowInfo
-from ..runtime._operations.fleet import adoption_history
+from ..runtime import WorkflowInfo
 from .render import render_executors, render_report, render_sessions
 from .report import SessionReport, SessionRow, TreeNode, inspect_session, list_sessions, recoveries
 from .report import hibernation_dump as hibernation_dump
@@ -19,7 +18,6 @@ __all__ = [
     "SessionRow",
     "TreeNode",
     "WorkflowInfo",
-    "adoption_history",
     "inspect_session",
     "list_sessions",
     "recoveries",

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 from ..core.messages import Message
 from ..core.session import PendingCall
-from ..runtime._turn.hibernation import continuation_id, mark_of, waits_on_child
+from ..runtime import continuation_id, mark_of, waits_on_child
 from .report import SessionReport, SessionRow, TreeNode, recoveries
 from .times import age, iso_ms, span
 
 if TYPE_CHECKING:
-    from ..runtime._operations.fleet import ExecutorInfo
+    from ..runtime import ExecutorInfo
 
 __all__ = ["render_executors", "render_report", "render_sessions"]
 

@@ -1,7 +1,7 @@
 """The read model's facts: recent sessions, and everything about one session.
 
 ``helix-dbos sessions`` and ``helix-dbos inspect`` read through these functions, which only read,
-through an :class:`~helix_dbos.runtime._facade.operator.Operator`: the session tables through the store,
+through an :class:`~helix_dbos.runtime.Operator`: the session tables through the store,
 and DBOS's status of each turn through DBOS's public client. No DBOS process is launched and
 nothing a running runtime owns is touched. Their JSON form is here; their text is ``render.py``.
 """
@@ -16,10 +16,14 @@ from typing import Any
 from ..core.clock import now_ms
 from ..core.messages import Message
 from ..core.session import PendingCall, SessionState, Tombstone
-from ..runtime._companions.sends import companion_views
-from ..runtime._facade.operator import Operator, WorkflowInfo
-from ..runtime._operations.fleet import adoption_history
-from ..runtime._turn.hibernation import continuation_id, mark_of, waits_on_child
+from ..runtime import (
+    Operator,
+    WorkflowInfo,
+    companion_views,
+    continuation_id,
+    mark_of,
+    waits_on_child,
+)
 from .times import iso, iso_ms
 
 __all__ = [
@@ -322,9 +326,7 @@ async def inspect_session(
     history = await operator.store.load_messages(session_id)
     return SessionReport(
         denied=await _denied_calls(operator, session_id, history, root.completed),
-        adoptions=await adoption_history(
-            operator.store, (s.workflow_id for s in tree if s.workflow_id)
-        ),
+        adoptions=await operator.adoptions(s.workflow_id for s in tree if s.workflow_id),
         session=session,
         root=root,
         workflow=workflows.get(session.workflow_id or ""),

@@ -1,7 +1,7 @@
 """The session store: the ``__agents_*`` tables, their migrations, and every read and write.
 
 Internal: applications reach it through ``AgentRuntime`` (``runtime.store``) and operators
-through ``helix_dbos.runtime._facade.operator.Operator``. See docs/public-api.md.
+through ``helix_dbos.runtime.Operator``. See docs/public-api.md.
 
 This package is the store's facade: the runtime imports what it needs from here and from no
 module of the store (the import contract ``store-door``). ``SessionStore`` carries the

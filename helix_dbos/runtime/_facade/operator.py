@@ -25,7 +25,15 @@ from ...core.session import SessionState, SubmitAnswer
 from ...store import ListedSession, SessionStore, recent_sessions, require_current_schema
 from .._context import RuntimeContext
 from .._operations.control import stop_tree
+from .._operations.fleet import (
+    ExecutorInfo,
+    adoption_history,
+    forward_stranded,
+    list_executors,
+    pending_by_version,
+)
 from .._operations.heal import Repair, heal
+from .._operations.retry import checkpoints_of
 from .._submit.answer import Submission, submit
 
 __all__ = ["FAIL_CALL_DEFAULT_ERROR", "Operator", "WorkflowInfo"]
@@ -137,7 +145,43 @@ class Operator:
             for w in found
         }
 
+    async def checkpoints(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's checkpoints, newest first, as ``AgentRuntime.checkpoints`` lists them.
+
+        Raises:
+            SessionNotFoundError: no such session.
+        """
+        return await checkpoints_of(self.store, session_id)
+
+    async def executors(self, *, include_gone: bool = False) -> list[ExecutorInfo]:
+        """The processes on this database, live ones first (``helix-dbos executors``); with
+        ``include_gone`` also those stopped or adopted."""
+        return await list_executors(
+            self.store, self.settings.adopt_after_seconds, include_gone=include_gone
+        )
+
+    async def pending_by_version(self) -> dict[str, int]:
+        """The turn workflows DBOS holds PENDING, counted by application version."""
+        return await pending_by_version(self.store)
+
+    async def adoptions(self, workflow_ids: Iterable[str]) -> list[dict[str, Any]]:
+        """The take-overs of these workflows by live processes, oldest first."""
+        return await adoption_history(self.store, workflow_ids)
+
     # -- acting -----------------------------------------------------------------------------
+
+    async def forward_stranded(self, from_version: str) -> list[str]:
+        """Relabel the PENDING turns of ``from_version`` whose processes are dead to this
+        release's version (``settings.application_version``), for the live fleet to adopt;
+        the workflow ids moved."""
+        settings = self.settings
+        return await forward_stranded(
+            self.store,
+            from_version,
+            settings.application_version,
+            f"cli-{settings.executor_id}",
+            settings.adopt_after_seconds,
+        )
 
     async def fail_call(
         self, session_id: str, tool_call_id: str, error: str = FAIL_CALL_DEFAULT_ERROR
