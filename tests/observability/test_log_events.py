@@ -162,7 +162,7 @@ async def test_result_too_large_is_a_warning_with_sizes(launch: Any) -> None:
             )
     event = one_event(events, "submit_tool_result.result_too_large")
     assert event["level"] == "WARNING"
-    assert event["toolCallId"] == pending["toolCallId"]
+    assert (event["sessionId"], event["toolCallId"]) == (sid, pending["toolCallId"])
     assert event["limitBytes"] == 64 and event["sizeBytes"] == len('{"color":""}') + 100
     await runtime.interrupt(sid)
 

@@ -1,11 +1,15 @@
 """Clauses of rules 21, 22 and 23 (ARCHITECTURE.md) that the hibernation tests left unread:
 when a hibernated batch falls due after a partial answer, and what the hibernate commit's
-mark records. On Postgres and SQLite."""
+mark records (on Postgres and SQLite); what a hibernate commit fenced off by the submit's
+job does (on Postgres, where a submit runs the job)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+from dbos import DBOS
 from pydantic import BaseModel
 
 from helix_dbos.core import define_agent, define_tool
@@ -13,15 +17,21 @@ from helix_dbos.core.agents import Agent
 from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names
+from helix_dbos.runtime.records import FENCED_KEY
+from tests.runtime.batch_job_products import job_products
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import (
     EditIn,
     EditOut,
     Query,
+    agent,
     completed,
     hibernated,
     mixed_script,
+    script,
+    wait_until,
 )
+from tests.support.asker import inside_recv
 
 SHORT = 300.0
 LONG = 600.0
@@ -117,3 +127,53 @@ async def test_the_hibernate_record_keeps_no_input_it_need_not(make_runtime: Mak
     listed = {c["checkpointId"]: c for c in await runtime.checkpoints(handle.session_id)}
     assert listed[slot]["runId"] == handle.run_id
     await runtime.interrupt(handle.session_id)
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+async def test_a_window_ending_after_the_submits_job_committed_goes_on_live(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rule 22 (``hibernation.hibernate``, its fenced path): the batch's answer lands while
+    the turn is parked in its hot window, and the job the submit started commits the results
+    (the session moves to the next run); then the window ends before the turn took its
+    wake-up. The hibernate commit is fenced off by that run, finds the results recorded under
+    the batch's slot, and the turn goes on live with them, as if woken: it joins the job and
+    ends completed, with no hibernation mark and one model call per step."""
+    products = job_products(monkeypatch)
+    llm = ScriptedLLM(script)
+    runtime = await make_runtime([agent("warm", llm, hibernate_after=LONG)])
+    real = DBOS.recv_async
+    held: list[str | None] = []
+    committed = asyncio.Event()
+
+    async def window_ends_late(topic: str | None, timeout_seconds: float = 60) -> Any:
+        if runtime.ctx.parked and not held:  # the park's first wait, not a later one
+            held.append(topic)
+            await committed.wait()
+            return None  # the window's end, before the answer's wake-up is taken
+        return await real(topic, timeout_seconds=timeout_seconds)
+
+    monkeypatch.setattr(DBOS, "recv_async", window_ends_late)
+    handle = await runtime.start("warm", "1 edit")
+    sid = handle.session_id
+    [pending] = await runtime.wait_for_pending(sid)
+    await inside_recv(runtime, handle.workflow_id or "")
+    answer = await runtime.submit_tool_result(sid, pending["toolCallId"], result={"applied": 1})
+    assert answer.status == "accepted"
+
+    async def job_done() -> bool:
+        return bool(products)
+
+    assert await wait_until(job_done), "the submit started no job"
+    assert FENCED_KEY not in products[0].settled  # the results committed: the run moved on
+    committed.set()
+    outcome = await completed(runtime, handle)
+    assert outcome["text"] == 'results: {"applied": 1}'
+    assert await _mark(runtime, sid) is None
+    assert llm.calls == 2
+    assert [m.role for m in await runtime.messages(sid)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]

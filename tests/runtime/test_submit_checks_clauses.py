@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from helix_dbos.core.session import args_digest
-from helix_dbos.errors import ApprovalMismatchError, RequestValidationError
+from helix_dbos.errors import ApprovalMismatchError, PayloadTooLargeError, RequestValidationError
 from helix_dbos.runtime._submit.checks import (
     Submission,
     check_shape,
@@ -79,6 +79,20 @@ def test_an_edit_failing_the_tools_input_names_the_tool_and_the_call() -> None:
         "toolName": "edit",
         "toolCallId": "t1",
     }
+
+
+def test_a_decision_counts_only_its_reason_against_the_size_limit() -> None:
+    """An approval decision is stored as its reason, if it gives one: a decision without a
+    reason counts nothing against the result size limit (it goes through even a limit of
+    0 bytes), and a reason counts its bytes."""
+    plain = Submission("s", "t1", kind="approval-response", approval_id="r1::t1", approved=True)
+    check_shape(plain, checks_context(0))
+    denial = Submission(
+        "s", "t1", kind="approval-response", approval_id="r1::t1", approved=False, reason="no"
+    )
+    check_shape(denial, checks_context(2))
+    with pytest.raises(PayloadTooLargeError):
+        check_shape(denial, checks_context(1))
 
 
 class EditIn(BaseModel):
