@@ -2,7 +2,8 @@
 code and seeing no test fail (docs/invariant-breaks.md, "Mutation testing").
 
 Rule 4 (ARCHITECTURE.md): the answer first, then its wake-up, in one transaction; the
-in-process wake-up of a turn parked here runs only after that commit.
+in-process wake-up of a turn parked here runs only after that commit. Rule 22: the answer
+that completes a hibernated turn's batch starts its continuation after that commit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from helix_dbos.runtime import names
 from helix_dbos.runtime._turn import wake
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
+from tests.runtime.hibernation_worker import completed, continuations, hibernated
 from tests.runtime.turn_messages import messages_to
 from tests.support.asker import inside_recv
 
@@ -44,6 +46,22 @@ async def test_a_turn_parked_here_is_woken_in_process_after_the_answer_committed
     assert got.owner_workflow_id == workflow_id
     topic = names.tool_result_topic(call["toolCallId"])
     assert seen == [(workflow_id, topic, True, True)]
+    assert (await rt.wait(handle.session_id))["status"] == "completed"
+
+
+async def test_an_accepted_answer_names_its_call_on_the_wire(make_runtime: MakeRuntime) -> None:
+    """The wire form of an accepted answer is ``{"status", "continuation", "toolCallId"}``
+    (docs/http-api.md): the client matches each answer to its call by that id."""
+    rt = await make_runtime([editor_agent()])
+    handle = await rt.start("editor", "1 edit")
+    [call] = await rt.wait_for_pending(handle.session_id)
+    tcid = call["toolCallId"]
+    got = await rt.submit_tool_result(handle.session_id, tcid, result={"applied": 1})
+    assert got.dump() == {
+        "status": "accepted",
+        "continuation": {"kind": "new_run", "runId": names.next_run_id(handle.run_id)},
+        "toolCallId": tcid,
+    }
     assert (await rt.wait(handle.session_id))["status"] == "completed"
 
 
@@ -130,3 +148,30 @@ async def test_a_duplicate_submits_wake_up_is_the_first_ones_message(
     assert [topic for topic, _, _ in held].count(names.tool_result_topic(tcid)) == 1
     await rt.submit_tool_result(handle.session_id, second["toolCallId"], result={"applied": 2})
     assert (await rt.wait(handle.session_id))["status"] == "completed"
+
+
+async def test_the_answer_completing_a_hibernated_batch_starts_its_continuation_here(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A hibernated turn has no workflow to wake: the submit whose answer completes its batch
+    starts the continuation itself once the answer committed, and says so
+    (``continued_here``, which spares the runtime asking the fleet who runs it). An answer
+    that leaves the batch waiting starts nothing and says so. The deadline keeper is off, so
+    nothing but the submit starts it."""
+    rt = await make_runtime([editor_agent()], hibernate_after_seconds=0, deadline_keeper_seconds=0)
+    handle = await rt.start("editor", "2 edits")
+    sid = handle.session_id
+    await hibernated(rt, sid)
+    state = await rt.store.get(sid)
+    first, last = sorted(state.pending.values(), key=lambda p: p.index)
+    partial = await rt.submit_tool_result(sid, first.tool_call_id, result={"applied": 1})
+    assert partial.continuation is not None and partial.continuation.kind == "awaiting_batch"
+    assert partial.continued_here is False
+    assert await continuations(sid) == []
+    answer = await rt.submit_tool_result(sid, last.tool_call_id, result={"applied": 2})
+    assert answer.continuation is not None and answer.continuation.kind == "new_run"
+    assert answer.continued_here is True
+    assert [w.workflow_id for w in await continuations(sid)] == [
+        names.continuation_workflow_id(sid, handle.run_id)
+    ]
+    await completed(rt, handle)
