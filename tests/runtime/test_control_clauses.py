@@ -6,7 +6,7 @@ and call (the reconciler's, after a crash) add none, and keeps two runs' stops a
 
 What a stop records with it (``stop_tree``'s transaction): for each call it cleared, a
 ``client_tool_abort`` count and the call's wait until the stop, and a ``resolved`` (``stopped``)
-notification at the stop's instant, told to the hooks; and the turn's ``turn_end``.
+notification at the stop's instant, told to the hooks; and the turn's ``turn_end``, filed under its run.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ async def test_a_stop_records_each_cleared_calls_abort_wait_and_resolution(
     await rt.interrupt(sid)
     stopped = await rt.session(sid)
     # An interrupt's end carries no error (an abort's does: test_interrupt).
-    ends = [e.data for e in await rt.events(sid) if e.type == "turn_end"]
-    assert ends == [{"outcome": "interrupted"}]
+    ends = [(e.run_id, e.data) for e in await rt.events(sid) if e.type == "turn_end"]
+    assert ends == [(run_id, {"outcome": "interrupted"})]
     at = {tcid: stopped.completed[tcid].completed_at for tcid in calls}
     assert len(set(at.values())) == 1  # one stop, one instant
     waits = {tcid: at[tcid] - before.pending[tcid].registered_at for tcid in calls}
