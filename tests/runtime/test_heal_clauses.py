@@ -4,24 +4,33 @@ with no error, as a stop would; a lost workflow ends it ``failed`` with the type
 ``framework_turn_lost``. The session's row and its ``turn_end`` event say the same, and the
 repair is recorded on the row and as a ``session_healed`` event. Ending a persistent session
 releases its workflow's mark; finishing an unenforced stop sends each call's stop to the turn
-that owns the call.
+that owns the call. A sub-agent without its workflow is its parent's turn's to start while
+that turn is active, and ended lost once it is not. A hibernated turn whose continuation
+already runs is not continued again. A session written within the grace period is not judged. A session left active behind a
+workflow that has ended is ended lost. Each repair reports the session, the workflow and the
+status it was judged on.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from dbos import DBOS
 
+from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, records
 from helix_dbos.runtime._commits.opening import open_turn
+from helix_dbos.runtime._hibernated import continuation
 from helix_dbos.runtime._operations import control
-from helix_dbos.runtime._operations.heal import heal
+from helix_dbos.runtime._operations.heal import Repair, heal
 from tests.runtime.conftest import MakeRuntime
+from tests.runtime.hibernation_worker import agent, cold_turn, completed, continuations
 from tests.runtime.persistent_agents import keeper_agent
 from tests.runtime.turn_messages import messages_to, stops
+from tests.runtime.wakeups import lose_answer_wakeups
 from tests.support.agent_tree import tree
 from tests.support.asker import asker, parked, script
 
@@ -137,3 +146,154 @@ async def test_an_unenforced_stop_of_a_tree_is_finished_with_each_calls_own_stop
             assert sent == stops(s.workflow_id or "", s.run_id or "", [call["toolCallId"]])
         else:
             assert sent == [], s.session_id
+
+
+async def test_a_resent_wake_up_is_reported_on_the_running_workflow(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer whose wake-up was lost: the repair names the session, its workflow and the
+    status it was judged on (``PENDING``), and the turn goes on."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    sid, [pending] = await parked(rt)
+    lose_answer_wakeups(rt, monkeypatch)
+    await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
+    monkeypatch.undo()
+    workflow_id = (await rt.session(sid)).workflow_id
+
+    assert await rt.heal(grace_seconds=0) == [Repair(sid, workflow_id, "PENDING", "rewoken")]
+    assert (await rt.wait(sid))["status"] == "completed"
+
+
+async def test_a_started_turn_is_reported_under_its_recorded_workflow(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A claim committed with no workflow is started under the id the claim recorded, and the
+    repair says so (no workflow status: there was none)."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    await rt.store.transact(
+        lambda: open_turn(
+            rt.store,
+            session_id="ses_lost",
+            agent_type="asker",
+            turn_id="run_lost0000000000000000",
+            message="hello",
+        )
+    )
+    workflow_id = (await rt.session("ses_lost")).workflow_id
+
+    assert await rt.heal(grace_seconds=0) == [Repair("ses_lost", workflow_id, None, "started")]
+    assert (await rt.wait("ses_lost"))["status"] == "completed"
+
+
+async def test_a_sub_agent_without_its_workflow_is_left_to_its_active_parent(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A sub-agent's row names a workflow DBOS does not have (its parent's step committed the
+    row and the process died before the start): while the parent's turn is active, the
+    parent's turn (or its recovery) starts it, so the reconciler leaves it. Once the parent
+    has ended, the sub-agent is ended lost: nothing would start it any more."""
+    root_agent, _ = tree()
+    rt = await make_runtime([root_agent], heal_interval_seconds=0)
+    handle = await rt.start("root", "go")
+    root_id = handle.session_id
+    await rt.wait_for_pending(root_id)
+    [child] = [s for s in await rt.store.descendants(root_id) if s.parent_session_id == root_id]
+
+    def lose_workflow(states: dict[str, SessionState]) -> None:
+        states[child.session_id].workflow_id = "wf_never_started"
+
+    await rt.store.update([child.session_id], lose_workflow)
+    before = await rt.session(child.session_id)
+    assert await rt.heal(grace_seconds=0) == []
+    after = await rt.session(child.session_id)
+    assert (after.status, after.version) == (before.status, before.version)
+
+    # The parent's workflow cancelled behind the runtime: the parent ends, then its child.
+    await DBOS.cancel_workflow_async((await rt.session(root_id)).workflow_id or "")
+    repairs = await rt.heal(grace_seconds=0)
+    if len(repairs) == 1:  # the child was judged before its parent ended: the next pass
+        repairs += await rt.heal(grace_seconds=0)
+    assert sorted((r.session_id, r.action, r.workflow_status) for r in repairs) == sorted(
+        [(root_id, "ended_cancelled", "CANCELLED"), (child.session_id, "ended_lost", None)]
+    )
+    assert (await rt.session(child.session_id)).status == "failed"
+
+
+async def test_a_hibernated_turn_whose_continuation_runs_is_not_continued_again(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hibernated turn's batch is complete and its continuation started, held before its
+    results commit (the mark is still on the row): the reconciler finds the continuation's
+    workflow and neither starts nor reports it again."""
+    reached, gate = asyncio.Event(), asyncio.Event()
+    real = continuation._record
+
+    async def held(*args: Any) -> Any:
+        reached.set()
+        await gate.wait()
+        return await real(*args)
+
+    monkeypatch.setattr(continuation, "_record", held)
+    rt = await make_runtime([agent("cold")], deadline_keeper_seconds=0, heal_interval_seconds=0)
+    handle, (tcid,) = await cold_turn(rt, "1 edit")
+    sid = handle.session_id
+    await rt.submit_tool_result(sid, tcid, result={"applied": 1})
+    await asyncio.wait_for(reached.wait(), 60)
+    assert "hibernated" in (await rt.store.get(sid)).metadata
+
+    repairs = await rt.heal(grace_seconds=0)
+    gate.set()
+    assert [r for r in repairs if r.session_id == sid] == []
+    await completed(rt, handle)
+    assert len(await continuations(sid)) == 1
+
+
+async def test_a_session_written_within_the_grace_period_is_not_judged(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A claim committed a moment ago with no workflow yet may be a start in flight: a pass
+    with a grace period longer than its age leaves it; one without a grace period starts it."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    await rt.store.transact(
+        lambda: open_turn(
+            rt.store,
+            session_id="ses_new",
+            agent_type="asker",
+            turn_id="run_new00000000000000000",
+            message="hello",
+        )
+    )
+    before = await rt.session("ses_new")
+
+    assert await heal(rt.ctx, grace_seconds=3600) == []
+    assert (await rt.session("ses_new")).version == before.version
+    [repair] = await heal(rt.ctx, grace_seconds=0)
+    assert (repair.session_id, repair.action) == ("ses_new", "started")
+    assert (await rt.wait("ses_new"))["status"] == "completed"
+
+
+async def test_a_session_left_active_behind_an_ended_workflow_is_ended_lost(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The turn's workflow has ended (``SUCCESS``) but the session still says it runs (its end
+    was never recorded): nothing will move it, so it is ended ``failed`` with the typed
+    ``framework_turn_lost``, and the repair names the workflow and the status it was judged on."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    handle = await rt.start("asker", "hello")
+    sid = handle.session_id
+    assert (await rt.wait(sid))["status"] == "completed"
+    workflow_id = (await rt.session(sid)).workflow_id
+    status = await DBOS.get_workflow_status_async(workflow_id or "")
+    assert status is not None and status.status == "SUCCESS"
+
+    def still_running(states: dict[str, SessionState]) -> None:
+        states[sid].status = "running"
+
+    await rt.store.update([sid], still_running)
+    assert await rt.heal(grace_seconds=0) == [Repair(sid, workflow_id, "SUCCESS", "ended_lost")]
+    state = await rt.session(sid)
+    assert (state.status, state.error) == ("failed", LOST)
+    assert (await _events(rt, sid, "turn_end"))[-1] == {"outcome": "failed", "error": LOST}
+    healed = {"action": "ended_lost", "workflowStatus": "SUCCESS"}
+    assert await _events(rt, sid, "session_healed") == [healed]
+    _assert_heal_record(state.metadata, healed)

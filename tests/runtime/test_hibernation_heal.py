@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from helix_dbos.core.session import SessionState
+from helix_dbos.runtime._operations.heal import Repair
 from helix_dbos.store.store import now_ms
 from tests.runtime.agents import editor_agent
 from tests.runtime.conftest import MakeRuntime
@@ -37,7 +38,10 @@ async def test_the_reconciler_continues_a_complete_batch_nobody_made_due(
     state = await runtime.store.get(handle.session_id)
     assert state.metadata["hibernated"]["dueAt"] == mark["dueAt"] > now_ms()
     repairs = await runtime.heal(grace_seconds=0)
-    assert [r.action for r in repairs if r.session_id == handle.session_id] == ["continued"]
+    # Reported on the turn's first workflow, which ended when the turn hibernated.
+    assert [r for r in repairs if r.session_id == handle.session_id] == [
+        Repair(handle.session_id, state.workflow_id, "SUCCESS", "continued")
+    ]
     outcome = await asyncio.wait_for(handle.result(), 30)
     assert outcome["outcome"] == "completed"
     # Once continued, the next pass has nothing to do for the session.

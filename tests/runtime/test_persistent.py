@@ -28,6 +28,7 @@ from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime, names, records
 from helix_dbos.runtime._commits.opening import open_turn
 from helix_dbos.runtime._companions import persistent
+from helix_dbos.runtime._operations.heal import Repair
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.persistent_agents import keeper_agent
 
@@ -221,8 +222,7 @@ async def test_the_reconciler_starts_a_lost_persistent_start(make_runtime: MakeR
             metadata={records.PERSISTENT_KEY: {"workflowId": workflow_id, "since": 0}},
         )
     )
-    [repair] = await runtime.heal(grace_seconds=0)
-    assert (repair.action, repair.workflow_id) == ("started", workflow_id)
+    assert await runtime.heal(grace_seconds=0) == [Repair(sid, workflow_id, None, "started")]
     assert (await runtime.wait(sid))["status"] == "completed"
     nxt = await runtime.start("keeper", "found", session_id=sid)
     assert nxt.delivery == "delivered" and nxt.workflow_id == workflow_id
