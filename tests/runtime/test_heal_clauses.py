@@ -14,9 +14,11 @@ status it was judged on.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from dbos import DBOS
 
 from helix_dbos.core.session import SessionState
@@ -297,3 +299,30 @@ async def test_a_session_left_active_behind_an_ended_workflow_is_ended_lost(
     healed = {"action": "ended_lost", "workflowStatus": "SUCCESS"}
     assert await _events(rt, sid, "session_healed") == [healed]
     _assert_heal_record(state.metadata, healed)
+
+
+async def test_an_answer_younger_than_the_grace_is_not_woken_again_on_a_row_that_looks_older(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass judges rows last written before its grace, by the row's ``updated_at``; on
+    Postgres that is the database's clock, and an answer's ``submittedAt`` this process's. A
+    database clock behind the process's makes a row just answered look old: the answer's own
+    age still holds its wake-up back for the grace (``_rewake``), as its turn may be taking
+    it. Once the answer is older than the grace, the wake-up is sent again."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    sid, [pending] = await parked(rt)
+    lose_answer_wakeups(rt, monkeypatch)
+    answer = await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
+    assert answer.status == "accepted"
+    monkeypatch.undo()
+    # As if the database's clock ran ten minutes behind this process's.
+    backdate = sa.text("UPDATE __agents_states SET updated_at = :at WHERE session_id = :sid")
+    at = datetime.now(UTC) - timedelta(minutes=10)
+    async with rt.store.engine.begin() as conn:
+        await conn.execute(
+            backdate.bindparams(sa.bindparam("at", at, type_=sa.DateTime(True))), {"sid": sid}
+        )
+    assert await rt.heal(grace_seconds=60) == []
+    [repair] = await rt.heal(grace_seconds=0)
+    assert (repair.session_id, repair.action) == (sid, "rewoken")
+    assert (await rt.wait(sid))["status"] == "completed"
