@@ -248,6 +248,23 @@ async def model_rows(runtime: AgentRuntime, session_id: str) -> int:
         return int((await conn.execute(query, {"sid": session_id})).scalar_one())
 
 
+def hold_continuation_record(monkeypatch: Any) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every continuation before it reads its hibernation record: ``reached`` is set
+    when one gets there, and it goes on once the test sets ``gate``."""
+    from helix_dbos.runtime._hibernated import continuation
+
+    reached, gate = asyncio.Event(), asyncio.Event()
+    real = continuation._record
+
+    async def held(*args: Any) -> Any:
+        reached.set()
+        await gate.wait()
+        return await real(*args)
+
+    monkeypatch.setattr(continuation, "_record", held)
+    return reached, gate
+
+
 async def wait_until(probe: Any, seconds: float = 20.0) -> Any:
     """Poll ``probe()`` until it returns something truthy (at most ``seconds``)."""
     loop = asyncio.get_running_loop()

@@ -14,27 +14,11 @@ from dbos import DBOS
 
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime
-from helix_dbos.runtime._commits.opening import open_turn
 from helix_dbos.runtime._operations import control
 from helix_dbos.runtime._operations import heal as heal_module
 from helix_dbos.runtime._operations.heal import heal
 from helix_dbos.testing import capture_log_events
-from tests.support.asker import asker, parked, script
-
-
-async def claim_without_workflow(rt: AgentRuntime, session_id: str, message: str) -> str:
-    """Commit a turn's claim and entry as ``start`` does, then "crash" before the workflow."""
-    turn_id = "run_lost0000000000000000"
-    await rt.store.transact(
-        lambda: open_turn(
-            rt.store,
-            session_id=session_id,
-            agent_type="asker",
-            turn_id=turn_id,
-            message=message,
-        )
-    )
-    return turn_id
+from tests.support.asker import asker, claim_without_workflow, parked, script
 
 
 async def workflow_ended(rt: AgentRuntime, session_id: str) -> None:
@@ -166,17 +150,13 @@ async def test_unenforced_stops_across_pages_are_all_finished_in_one_pass(
         assert (await rt.session(sid)).status == "suspended_client_tool"
 
 
-async def test_a_lost_wake_up_is_sent_again(make_runtime: Any, monkeypatch: Any) -> None:
+async def test_a_lost_wake_up_is_sent_again(make_runtime: Any) -> None:
     """Every wake-up of an answer failed: the stored answer waits for the reconciler, which
     sends the wake-up again, and the turn continues long before its deadline."""
-    from tests.runtime.wakeups import lose_answer_wakeups
+    from tests.runtime.wakeups import answered_with_its_wake_up_lost
 
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    sid, [pending] = await parked(rt)
-    lose_answer_wakeups(rt, monkeypatch)
-    answer = await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
-    assert answer.status == "accepted"
-    monkeypatch.undo()
+    sid = await answered_with_its_wake_up_lost(rt)
 
     [repair] = await rt.heal(grace_seconds=0)
     assert repair.action == "rewoken"

@@ -24,17 +24,21 @@ from dbos import DBOS
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, records
-from helix_dbos.runtime._commits.opening import open_turn
-from helix_dbos.runtime._hibernated import continuation
 from helix_dbos.runtime._operations import control
 from helix_dbos.runtime._operations.heal import Repair, heal
 from tests.runtime.conftest import MakeRuntime
-from tests.runtime.hibernation_worker import agent, cold_turn, completed, continuations
+from tests.runtime.hibernation_worker import (
+    agent,
+    cold_turn,
+    completed,
+    continuations,
+    hold_continuation_record,
+)
 from tests.runtime.persistent_agents import keeper_agent
 from tests.runtime.turn_messages import messages_to, stops
-from tests.runtime.wakeups import lose_answer_wakeups
+from tests.runtime.wakeups import answered_with_its_wake_up_lost
 from tests.support.agent_tree import tree
-from tests.support.asker import asker, parked, script
+from tests.support.asker import asker, claim_without_workflow, parked, script
 
 LOST: dict[str, Any] = {
     "code": "framework_turn_lost",
@@ -77,15 +81,7 @@ async def test_a_lost_turn_ends_failed_with_a_retryable_typed_error(
 ) -> None:
     """A claim committed with no workflow, judged where the agent cannot be started."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    await rt.store.transact(
-        lambda: open_turn(
-            rt.store,
-            session_id="ses_lost",
-            agent_type="asker",
-            turn_id="run_lost0000000000000000",
-            message="hello",
-        )
-    )
+    await claim_without_workflow(rt, "ses_lost", "hello")
 
     [repair] = await heal(rt.ctx, grace_seconds=0, can_start=False)
     assert (repair.action, repair.workflow_status) == ("ended_lost", None)
@@ -151,15 +147,12 @@ async def test_an_unenforced_stop_of_a_tree_is_finished_with_each_calls_own_stop
 
 
 async def test_a_resent_wake_up_is_reported_on_the_running_workflow(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    make_runtime: MakeRuntime,
 ) -> None:
     """An answer whose wake-up was lost: the repair names the session, its workflow and the
     status it was judged on (``PENDING``), and the turn goes on."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    sid, [pending] = await parked(rt)
-    lose_answer_wakeups(rt, monkeypatch)
-    await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
-    monkeypatch.undo()
+    sid = await answered_with_its_wake_up_lost(rt)
     workflow_id = (await rt.session(sid)).workflow_id
 
     assert await rt.heal(grace_seconds=0) == [Repair(sid, workflow_id, "PENDING", "rewoken")]
@@ -172,15 +165,7 @@ async def test_a_started_turn_is_reported_under_its_recorded_workflow(
     """A claim committed with no workflow is started under the id the claim recorded, and the
     repair says so (no workflow status: there was none)."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    await rt.store.transact(
-        lambda: open_turn(
-            rt.store,
-            session_id="ses_lost",
-            agent_type="asker",
-            turn_id="run_lost0000000000000000",
-            message="hello",
-        )
-    )
+    await claim_without_workflow(rt, "ses_lost", "hello")
     workflow_id = (await rt.session("ses_lost")).workflow_id
 
     assert await rt.heal(grace_seconds=0) == [Repair("ses_lost", workflow_id, None, "started")]
@@ -227,15 +212,7 @@ async def test_a_hibernated_turn_whose_continuation_runs_is_not_continued_again(
     """A hibernated turn's batch is complete and its continuation started, held before its
     results commit (the mark is still on the row): the reconciler finds the continuation's
     workflow and neither starts nor reports it again."""
-    reached, gate = asyncio.Event(), asyncio.Event()
-    real = continuation._record
-
-    async def held(*args: Any) -> Any:
-        reached.set()
-        await gate.wait()
-        return await real(*args)
-
-    monkeypatch.setattr(continuation, "_record", held)
+    reached, gate = hold_continuation_record(monkeypatch)
     rt = await make_runtime([agent("cold")], deadline_keeper_seconds=0, heal_interval_seconds=0)
     handle, (tcid,) = await cold_turn(rt, "1 edit")
     sid = handle.session_id
@@ -256,15 +233,7 @@ async def test_a_session_written_within_the_grace_period_is_not_judged(
     """A claim committed a moment ago with no workflow yet may be a start in flight: a pass
     with a grace period longer than its age leaves it; one without a grace period starts it."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    await rt.store.transact(
-        lambda: open_turn(
-            rt.store,
-            session_id="ses_new",
-            agent_type="asker",
-            turn_id="run_new00000000000000000",
-            message="hello",
-        )
-    )
+    await claim_without_workflow(rt, "ses_new", "hello", "run_new00000000000000000")
     before = await rt.session("ses_new")
 
     assert await heal(rt.ctx, grace_seconds=3600) == []
@@ -302,7 +271,7 @@ async def test_a_session_left_active_behind_an_ended_workflow_is_ended_lost(
 
 
 async def test_an_answer_younger_than_the_grace_is_not_woken_again_on_a_row_that_looks_older(
-    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+    make_runtime: MakeRuntime,
 ) -> None:
     """The pass judges rows last written before its grace, by the row's ``updated_at``; on
     Postgres that is the database's clock, and an answer's ``submittedAt`` this process's. A
@@ -310,11 +279,7 @@ async def test_an_answer_younger_than_the_grace_is_not_woken_again_on_a_row_that
     age still holds its wake-up back for the grace (``_rewake``), as its turn may be taking
     it. Once the answer is older than the grace, the wake-up is sent again."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
-    sid, [pending] = await parked(rt)
-    lose_answer_wakeups(rt, monkeypatch)
-    answer = await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
-    assert answer.status == "accepted"
-    monkeypatch.undo()
+    sid = await answered_with_its_wake_up_lost(rt)
     # As if the database's clock ran ten minutes behind this process's.
     backdate = sa.text("UPDATE __agents_states SET updated_at = :at WHERE session_id = :sid")
     at = datetime.now(UTC) - timedelta(minutes=10)

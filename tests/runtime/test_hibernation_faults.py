@@ -32,7 +32,7 @@ from helix_dbos.core.agents import AgentRegistry
 from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, names
-from helix_dbos.runtime._hibernated import continuation, keeper
+from helix_dbos.runtime._hibernated import keeper
 from helix_dbos.runtime._submit import answer as submit
 from helix_dbos.store.hibernated import due_sessions
 from helix_dbos.store.store import SessionStore, now_ms
@@ -45,6 +45,7 @@ from tests.runtime.hibernation_worker import (
     cold_turn,
     completed,
     continuations,
+    hold_continuation_record,
     model_rows,
     script,
     tool_results,
@@ -245,15 +246,7 @@ async def test_a_stop_while_the_continuation_starts_fences_it(
 ) -> None:
     """The interrupt lands after the continuation started, before its results commit: the
     commit is fenced, writing nothing, and the turn ends ``stopped``."""
-    reached, gate = asyncio.Event(), asyncio.Event()
-    real = continuation._record
-
-    async def held(*args: Any) -> Any:
-        reached.set()
-        await gate.wait()
-        return await real(*args)
-
-    monkeypatch.setattr(continuation, "_record", held)
+    reached, gate = hold_continuation_record(monkeypatch)
     llm = ScriptedLLM(script)
     runtime = await make_runtime([agent("cold", llm)], deadline_keeper_seconds=0)
     await _interrupted_while_held(runtime, llm, reached, gate)

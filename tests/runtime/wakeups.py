@@ -11,6 +11,7 @@ from dbos import DBOS
 
 from helix_dbos.runtime import AgentRuntime
 from helix_dbos.runtime._turn import wake
+from tests.support.asker import parked
 
 
 def lose_answer_wakeups(rt: AgentRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +49,14 @@ async def wake_ups_sent(rt: AgentRuntime, workflow_id: str, topic: str) -> int:
             {"d": workflow_id, "t": topic},
         )
     return int(count or 0)
+
+
+async def answered_with_its_wake_up_lost(rt: AgentRuntime) -> str:
+    """Park an ``asker`` turn and answer its call with every wake-up of that answer lost:
+    the answer is stored, and the turn waits on for the reconciler. The session's id."""
+    sid, [pending] = await parked(rt)
+    with pytest.MonkeyPatch.context() as losing:
+        lose_answer_wakeups(rt, losing)
+        answer = await rt.submit_tool_result(sid, pending["toolCallId"], result={"text": "blue"})
+    assert answer.status == "accepted"
+    return sid

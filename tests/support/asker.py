@@ -13,6 +13,7 @@ from helix_dbos.core.llm import LLMRequest, LLMResponse
 from helix_dbos.core.tools import define_tool
 from helix_dbos.llm.scripted import ScriptedLLM, call, reply
 from helix_dbos.runtime import AgentRuntime
+from helix_dbos.runtime._commits.opening import open_turn
 
 #: Seconds ``ask_user`` waits for its answer: long enough that only a stop frees a turn.
 DEADLINE = 300.0
@@ -55,6 +56,23 @@ def asker(llm: ScriptedLLM) -> Any:
             )
         ],
     )
+
+
+async def claim_without_workflow(
+    rt: AgentRuntime, session_id: str, message: str, turn_id: str = "run_lost0000000000000000"
+) -> str:
+    """Commit an ``asker`` turn's claim and entry as ``start`` does, then "crash" before its
+    workflow starts; its run id."""
+    await rt.store.transact(
+        lambda: open_turn(
+            rt.store,
+            session_id=session_id,
+            agent_type="asker",
+            turn_id=turn_id,
+            message=message,
+        )
+    )
+    return turn_id
 
 
 async def parked(
