@@ -6,8 +6,10 @@ repair is recorded on the row and as a ``session_healed`` event. Ending a persis
 releases its workflow's mark; finishing an unenforced stop sends each call's stop to the turn
 that owns the call. A sub-agent without its workflow is its parent's turn's to start while
 that turn is active, and ended lost once it is not. A hibernated turn whose continuation
-already runs is not continued again. A session written within the grace period is not judged. A session left active behind a
-workflow that has ended is ended lost. Each repair reports the session, the workflow and the
+already runs is not continued again. A session written within the grace period is not judged, whatever the host's time zone. A
+session left active behind a workflow that has ended is ended lost. A persistent session
+waiting between turns is passed over, and the orphans after it on the page are still
+cancelled. Each repair reports the session, the workflow and the
 status it was judged on.
 """
 
@@ -31,6 +33,7 @@ from tests.runtime.hibernation_worker import agent, cold_turn, completed, contin
 from tests.runtime.persistent_agents import keeper_agent
 from tests.runtime.turn_messages import messages_to, stops
 from tests.runtime.wakeups import lose_answer_wakeups
+from tests.store.test_checkpoint_stamps import tokyo  # noqa: F401 (a fixture, by name)
 from tests.support.agent_tree import tree
 from tests.support.asker import asker, parked, script
 
@@ -297,3 +300,54 @@ async def test_a_session_left_active_behind_an_ended_workflow_is_ended_lost(
     healed = {"action": "ended_lost", "workflowStatus": "SUCCESS"}
     assert await _events(rt, sid, "session_healed") == [healed]
     _assert_heal_record(state.metadata, healed)
+
+
+@pytest.mark.usefixtures("tokyo")
+async def test_the_grace_period_is_measured_in_utc_on_a_host_not_set_to_utc(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The process in Tokyo's time zone (UTC+9): a claim committed a moment ago is still within
+    a grace period of an hour. A cutoff taken in local time would be nine hours late, and the
+    pass would judge (and start) it."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    await rt.store.transact(
+        lambda: open_turn(
+            rt.store,
+            session_id="ses_new",
+            agent_type="asker",
+            turn_id="run_new00000000000000000",
+            message="hello",
+        )
+    )
+    before = await rt.session("ses_new")
+
+    assert await heal(rt.ctx, grace_seconds=3600) == []
+    assert (await rt.session("ses_new")).version == before.version
+
+
+async def test_a_persistent_session_between_turns_does_not_end_the_pass_over_its_page(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent session waiting between turns (its workflow PENDING, marked as its live
+    one), then a stop whose process died before it cancelled the workflow: the page of running
+    workflows holds both, the idle session first (written first). The reconciler leaves the
+    idle workflow running, and goes on to cancel the stopped one."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([keeper_agent(), asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    idle = await rt.start("keeper", "hi")
+    await rt.wait(idle.session_id)
+    sid, _ = await parked(rt)
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    await rt.interrupt(sid)
+    stopped = (await rt.session(sid)).workflow_id or ""
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert [(r.session_id, r.workflow_id, r.action) for r in repairs] == [
+        (sid, stopped, "cancelled")
+    ]
+    for workflow_id, status in ((idle.workflow_id, "PENDING"), (stopped, "CANCELLED")):
+        found = await DBOS.get_workflow_status_async(workflow_id or "")
+        assert found is not None and found.status == status
