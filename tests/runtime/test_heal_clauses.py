@@ -9,7 +9,9 @@ that turn is active, and ended lost once it is not. A hibernated turn whose cont
 already runs is not continued again. A session written within the grace period is not judged, whatever the host's time zone. A
 session left active behind a workflow that has ended is ended lost. A persistent session
 waiting between turns is passed over, and the orphans after it on the page are still
-cancelled. Each repair reports the session, the workflow and the
+cancelled. A page whose orphans were all cancelled moves the next page back by as many, so
+the orphan that then heads the list is not skipped. A session whose turn completed, its
+workflow ended, is left alone. Each repair reports the session, the workflow and the
 status it was judged on.
 """
 
@@ -27,6 +29,7 @@ from helix_dbos.runtime import AgentRuntime, records
 from helix_dbos.runtime._commits.opening import open_turn
 from helix_dbos.runtime._hibernated import continuation
 from helix_dbos.runtime._operations import control
+from helix_dbos.runtime._operations import heal as heal_module
 from helix_dbos.runtime._operations.heal import Repair, heal
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import agent, cold_turn, completed, continuations
@@ -351,3 +354,43 @@ async def test_a_persistent_session_between_turns_does_not_end_the_pass_over_its
     for workflow_id, status in ((idle.workflow_id, "PENDING"), (stopped, "CANCELLED")):
         found = await DBOS.get_workflow_status_async(workflow_id or "")
         assert found is not None and found.status == status
+
+
+async def test_a_page_of_cancelled_orphans_does_not_skip_the_next_one(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two: the first page holds two orphans, both cancelled, so they leave the list
+    of running workflows and the third orphan heads it. The next page starts where the first
+    did, and the third is cancelled in the same pass; the healthy turn after it is left."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    monkeypatch.setattr(heal_module, "_PAGE", 2)
+    sessions = [(await parked(rt))[0] for _ in range(4)]
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    stopped = sessions[:3]
+    for sid in stopped:
+        await rt.interrupt(sid)
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert sorted((r.session_id, r.action) for r in repairs) == sorted(
+        (sid, "cancelled") for sid in stopped
+    )
+    assert (await rt.session(sessions[3])).status == "suspended_client_tool"
+
+
+async def test_a_completed_session_and_its_ended_workflow_are_left_alone(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A turn that completed: its session has ended and so has its workflow (``SUCCESS``).
+    Nothing disagrees, and a pass (which looks for ended sessions among the running
+    workflows only) makes no repair."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    handle = await rt.start("asker", "hello")
+    assert (await rt.wait(handle.session_id))["status"] == "completed"
+    before = await rt.session(handle.session_id)
+
+    assert await rt.heal(grace_seconds=0) == []
+    assert (await rt.session(handle.session_id)).version == before.version
