@@ -386,11 +386,12 @@ async def test_a_completed_session_and_its_ended_workflow_are_left_alone(
 ) -> None:
     """A turn that completed: its session has ended and so has its workflow (``SUCCESS``).
     Nothing disagrees, and a pass (which looks for ended sessions among the running
-    workflows only) makes no repair."""
+    workflows only, here a healthy parked turn's) makes no repair."""
     rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
     handle = await rt.start("asker", "hello")
     assert (await rt.wait(handle.session_id))["status"] == "completed"
     before = await rt.session(handle.session_id)
+    await parked(rt)
 
     assert await rt.heal(grace_seconds=0) == []
     assert (await rt.session(handle.session_id)).version == before.version
