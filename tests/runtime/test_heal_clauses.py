@@ -395,3 +395,23 @@ async def test_a_completed_session_and_its_ended_workflow_are_left_alone(
 
     assert await rt.heal(grace_seconds=0) == []
     assert (await rt.session(handle.session_id)).version == before.version
+
+
+async def test_a_pass_reaches_an_orphan_behind_pages_of_healthy_turns(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two: four healthy parked turns fill the first two pages, and the orphan is on
+    the third. Each page moves the next one on by a page, so the pass reaches the third page,
+    cancels the orphan and ends (a pass that read one page again would never end)."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    monkeypatch.setattr(heal_module, "_PAGE", 2)
+    sessions = [(await parked(rt))[0] for _ in range(5)]
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    await rt.interrupt(sessions[4])
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert [(r.session_id, r.action) for r in repairs] == [(sessions[4], "cancelled")]
