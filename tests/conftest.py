@@ -26,6 +26,9 @@ settings.load_profile("suite")
 
 PG_ADMIN_URL = os.environ.get("HELIX_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
+#: Fixtures of ``tests/support`` that tests of several folders use by name.
+pytest_plugins = ["tests.support.time_zone"]
+
 
 def _with_db(url: str, name: str) -> str:
     base, _, _ = url.rpartition("/")

@@ -6,8 +6,12 @@ repair is recorded on the row and as a ``session_healed`` event. Ending a persis
 releases its workflow's mark; finishing an unenforced stop sends each call's stop to the turn
 that owns the call. A sub-agent without its workflow is its parent's turn's to start while
 that turn is active, and ended lost once it is not. A hibernated turn whose continuation
-already runs is not continued again. A session written within the grace period is not judged. A session left active behind a
-workflow that has ended is ended lost. Each repair reports the session, the workflow and the
+already runs is not continued again. A session written within the grace period is not judged, whatever the host's time zone. A
+session left active behind a workflow that has ended is ended lost. A persistent session
+waiting between turns is passed over, and the orphans after it on the page are still
+cancelled. A page whose orphans were all cancelled moves the next page back by as many, so
+the orphan that then heads the list is not skipped. A session whose turn completed, its
+workflow ended, is left alone. Each repair reports the session, the workflow and the
 status it was judged on.
 """
 
@@ -25,6 +29,7 @@ from helix_dbos.core.session import SessionState
 from helix_dbos.llm.scripted import ScriptedLLM
 from helix_dbos.runtime import AgentRuntime, records
 from helix_dbos.runtime._operations import control
+from helix_dbos.runtime._operations import heal as heal_module
 from helix_dbos.runtime._operations.heal import Repair, heal
 from tests.runtime.conftest import MakeRuntime
 from tests.runtime.hibernation_worker import (
@@ -291,3 +296,107 @@ async def test_an_answer_younger_than_the_grace_is_not_woken_again_on_a_row_that
     [repair] = await rt.heal(grace_seconds=0)
     assert (repair.session_id, repair.action) == (sid, "rewoken")
     assert (await rt.wait(sid))["status"] == "completed"
+
+
+@pytest.mark.usefixtures("tokyo")
+async def test_the_grace_period_is_measured_in_utc_on_a_host_not_set_to_utc(
+    make_runtime: MakeRuntime,
+) -> None:
+    """The process in Tokyo's time zone (UTC+9): a claim committed a moment ago is still within
+    a grace period of an hour. A cutoff taken in local time would be nine hours late, and the
+    pass would judge (and start) it."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    await claim_without_workflow(rt, "ses_new", "hello", "run_new00000000000000000")
+    before = await rt.session("ses_new")
+
+    assert await heal(rt.ctx, grace_seconds=3600) == []
+    assert (await rt.session("ses_new")).version == before.version
+
+
+async def test_a_persistent_session_between_turns_does_not_end_the_pass_over_its_page(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A persistent session waiting between turns (its workflow PENDING, marked as its live
+    one), then a stop whose process died before it cancelled the workflow: the page of running
+    workflows holds both, the idle session first (written first). The reconciler leaves the
+    idle workflow running, and goes on to cancel the stopped one."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([keeper_agent(), asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    idle = await rt.start("keeper", "hi")
+    await rt.wait(idle.session_id)
+    sid, _ = await parked(rt)
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    await rt.interrupt(sid)
+    stopped = (await rt.session(sid)).workflow_id or ""
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert [(r.session_id, r.workflow_id, r.action) for r in repairs] == [
+        (sid, stopped, "cancelled")
+    ]
+    for workflow_id, status in ((idle.workflow_id, "PENDING"), (stopped, "CANCELLED")):
+        found = await DBOS.get_workflow_status_async(workflow_id or "")
+        assert found is not None and found.status == status
+
+
+async def test_a_page_of_cancelled_orphans_does_not_skip_the_next_one(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two: the first page holds two orphans, both cancelled, so they leave the list
+    of running workflows and the third orphan heads it. The next page starts where the first
+    did, and the third is cancelled in the same pass; the healthy turn after it is left."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    monkeypatch.setattr(heal_module, "_PAGE", 2)
+    sessions = [(await parked(rt))[0] for _ in range(4)]
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    stopped = sessions[:3]
+    for sid in stopped:
+        await rt.interrupt(sid)
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert sorted((r.session_id, r.action) for r in repairs) == sorted(
+        (sid, "cancelled") for sid in stopped
+    )
+    assert (await rt.session(sessions[3])).status == "suspended_client_tool"
+
+
+async def test_a_completed_session_and_its_ended_workflow_are_left_alone(
+    make_runtime: MakeRuntime,
+) -> None:
+    """A turn that completed: its session has ended and so has its workflow (``SUCCESS``).
+    Nothing disagrees, and a pass (which looks for ended sessions among the running
+    workflows only, here a healthy parked turn's) makes no repair."""
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    handle = await rt.start("asker", "hello")
+    assert (await rt.wait(handle.session_id))["status"] == "completed"
+    before = await rt.session(handle.session_id)
+    await parked(rt)
+
+    assert await rt.heal(grace_seconds=0) == []
+    assert (await rt.session(handle.session_id)).version == before.version
+
+
+async def test_a_pass_reaches_an_orphan_behind_pages_of_healthy_turns(
+    make_runtime: MakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two: four healthy parked turns fill the first two pages, and the orphan is on
+    the third. Each page moves the next one on by a page, so the pass reaches the third page,
+    cancels the orphan and ends (a pass that read one page again would never end)."""
+
+    async def crashed(*_args: Any) -> None:
+        return None
+
+    rt = await make_runtime([asker(ScriptedLLM(script))], heal_interval_seconds=0)
+    monkeypatch.setattr(heal_module, "_PAGE", 2)
+    sessions = [(await parked(rt))[0] for _ in range(5)]
+    monkeypatch.setattr(control, "_enforce_stop", crashed)
+    await rt.interrupt(sessions[4])
+
+    repairs = await rt.heal(grace_seconds=0)
+    assert [(r.session_id, r.action) for r in repairs] == [(sessions[4], "cancelled")]

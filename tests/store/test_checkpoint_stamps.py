@@ -8,9 +8,6 @@ compares the stamps, and a later checkpoint would look older than one stamped in
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,31 +15,14 @@ import pytest
 from helix_dbos.store.store import SessionStore
 from tests.store.store_builders import session
 
-_ZONE = "Asia/Tokyo"
-
-
-@pytest.fixture
-def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process in Tokyo's time zone (UTC+9, no daylight saving) for the test."""
-    monkeypatch.setenv("TZ", _ZONE)
-    time.tzset()
-    try:
-        assert datetime.now().astimezone().utcoffset() == timedelta(hours=9)
-        yield
-    finally:
-        monkeypatch.undo()
-        time.tzset()
-        assert os.environ.get("TZ") != _ZONE
-
 
 def _utc(value: datetime) -> datetime:
     # SQLite reads a time back without its offset; what the store writes is UTC.
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-async def test_a_checkpoint_is_stamped_in_utc_on_a_host_not_set_to_utc(
-    store: SessionStore, tokyo: None
-) -> None:
+@pytest.mark.usefixtures("tokyo")
+async def test_a_checkpoint_is_stamped_in_utc_on_a_host_not_set_to_utc(store: SessionStore) -> None:
     """A checkpoint written without a stamp (every commit's) reads back as the instant it was
     written, in UTC."""
     await store.create_session(session("s"))
@@ -56,9 +36,8 @@ async def test_a_checkpoint_is_stamped_in_utc_on_a_host_not_set_to_utc(
     ), written["created_at"]
 
 
-async def test_a_stamp_given_in_local_time_is_kept_as_its_instant(
-    store: SessionStore, tokyo: None
-) -> None:
+@pytest.mark.usefixtures("tokyo")
+async def test_a_stamp_given_in_local_time_is_kept_as_its_instant(store: SessionStore) -> None:
     """A stamp given in the host's zone is kept as its instant: it reads back in UTC, and a
     checkpoint stamped later in UTC still takes the pointer (rule 14)."""
     await store.create_session(session("s"))
