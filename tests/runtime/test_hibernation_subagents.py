@@ -232,6 +232,7 @@ async def test_the_runbook_lists_a_parent_waiting_on_its_sub_agent(
     assert set(rows) == {handle.session_id, child}
     waits_on = child[len(handle.session_id) + 1 :]
     parent = rows[handle.session_id]
+    assert parent[3] is not None  # hibernated since: the mark's ``at``
     assert parent[4:] == (
         None,
         waits_on,
