@@ -139,6 +139,7 @@ EVENT_LEVELS: dict[str, int] = {
     "fleet.executor_id_reused": logging.WARNING,
     "fleet.executor_reclaimed": logging.WARNING,
     "fleet.sweep_failed": logging.ERROR,
+    "fleet.stop_mark_failed": logging.WARNING,
     "events.listener_lost": logging.WARNING,
     "server.store_unavailable": logging.WARNING,
     "server.bad_request": logging.INFO,

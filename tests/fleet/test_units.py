@@ -8,6 +8,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from helix_dbos.config import HelixSettings
@@ -229,3 +230,34 @@ def test_a_restart_on_this_host_is_not_a_reused_id() -> None:
     assert reuse_event(int(gone.stdout), "elsewhere") == "fleet.executor_id_reused"
     assert reuse_event(None, None) == "fleet.executor_id_reused"
     assert EVENT_LEVELS["fleet.executor_restarted"] == logging.INFO
+
+
+async def test_a_shutdown_whose_stop_mark_fails_still_closes(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor's stop mark cannot be written at shutdown (here SQLite's lock, as a busy
+    machine once met it): the shutdown logs it and goes on to close the store, and the
+    executor keeps no stop mark (it is judged by its heartbeat's age, as a dead one)."""
+    from helix_dbos.demo import demo_agents
+    from helix_dbos.runtime import AgentRuntime
+    from helix_dbos.store import fleet_tables
+    from helix_dbos.testing import capture_log_events
+
+    async def locked(*_args: object) -> None:
+        raise sa.exc.OperationalError("UPDATE executors", {}, Exception("database is locked"))
+
+    runtime = AgentRuntime(demo_agents(), HelixSettings(database_url=sqlite_url))
+    await runtime.launch()
+    me = runtime.settings.executor_id
+    monkeypatch.setattr(fleet_tables.FleetTables, "mark_stopped", locked)
+    with capture_log_events() as events:
+        await runtime.shutdown()
+    [failed] = [e for e in events if e["event"] == "fleet.stop_mark_failed"]
+    assert failed["executorId"] == me and "database is locked" in failed["error"]
+    assert runtime.fleet is None
+    store = SessionStore.from_url(sqlite_url)
+    try:
+        [found] = await list_executors(store, 15.0, include_gone=True)
+        assert (found.executor_id, found.stopped_at) == (me, None)
+    finally:
+        await store.close()

@@ -282,10 +282,23 @@ class Fleet:
             self._task = None
 
     async def stop(self) -> None:
-        """Stop the loop and mark this executor stopped: its parked turns are adoptable now."""
+        """Stop the loop and mark this executor stopped: its parked turns are adoptable now.
+
+        The mark only hastens adoption: a process whose mark could not be written (a database
+        down or locked at shutdown) is judged dead once its heartbeat is older than
+        ``adopt_after_seconds``, and its turns adopted then. So a failed mark is logged
+        (``fleet.stop_mark_failed``), never raised: the shutdown goes on and closes the store.
+        """
         await self.pause()
-        async with self.store.writing():
-            await self.store.fleet.mark_stopped(self.me)
+        try:
+            async with self.store.writing():
+                await self.store.fleet.mark_stopped(self.me)
+        except Exception as exc:
+            log_event(
+                "fleet.stop_mark_failed",
+                executorId=self.me,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     async def _loop(self) -> None:
         period = self.settings.heartbeat_seconds
